@@ -1,0 +1,146 @@
+"""Metrics: families, bounded labels, the run tracker's derived figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.metrics import OTHER, GatewayMetrics, LabelGuard
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ev(type_: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": type_, "payload": payload or {}}
+
+
+def sample(m: GatewayMetrics, name: str, **labels: str) -> float | None:
+    value = m.registry.get_sample_value(name, labels)
+    return value
+
+
+def test_label_guard_closed_vocabulary() -> None:
+    guard = LabelGuard({"sse", "ws"})
+    assert guard("sse") == "sse"
+    assert guard("http") == OTHER
+    assert guard(None) == OTHER
+    assert guard("") == OTHER
+
+
+def test_label_guard_open_vocabulary_is_bounded() -> None:
+    guard = LabelGuard(max_values=3)
+    assert [guard(v) for v in ("a", "b", "c", "d", "a")] == ["a", "b", "c", OTHER, "a"]
+    assert guard("x" * 65) == OTHER
+
+
+def test_completed_run_figures() -> None:
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock, providers=["demo"])
+    tracker = m.run_tracker("demo")
+    assert sample(m, "agent_gateway_active_runs", provider="demo") == 1
+    tracker.on_event(ev("run.started"))
+    clock.now += 0.2
+    tracker.on_event(ev("message.started", {"messageId": "m1", "role": "assistant"}))
+    tracker.on_event(ev("message.delta", {"messageId": "m1", "delta": "hi"}))
+    clock.now += 1.0
+    tracker.on_event(ev("run.completed"))
+    tracker.on_event(ev("run.completed"))  # fed twice: counted once
+    assert sample(m, "agent_gateway_runs_started_total", provider="demo") == 1
+    assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="completed") == 1
+    assert sample(m, "agent_gateway_active_runs", provider="demo") == 0
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == 1
+    assert sample(m, "agent_gateway_events_total", type="run.completed") == 2
+    assert sample(m, "agent_gateway_time_to_first_event_seconds_sum", provider="demo") == (
+        pytest.approx(0.2)
+    )
+    assert sample(
+        m, "agent_gateway_run_duration_seconds_sum", provider="demo", outcome="completed"
+    ) == (pytest.approx(1.2))
+    assert tracker.ended
+
+
+def test_failed_run_counts_upstream_error_code() -> None:
+    m = GatewayMetrics()
+    tracker = m.run_tracker("openai")
+    tracker.on_event(ev("run.failed", {"error": {"code": "upstream_http_error", "message": "x"}}))
+    other = m.run_tracker("openai")
+    other.on_event(ev("run.failed", {"error": {"code": "some-random-code", "message": "x"}}))
+    assert (
+        sample(
+            m, "agent_gateway_upstream_errors_total", provider="openai", code="upstream_http_error"
+        )
+        == 1
+    )
+    assert sample(m, "agent_gateway_upstream_errors_total", provider="openai", code=OTHER) == 1
+    assert sample(m, "agent_gateway_runs_ended_total", provider="openai", outcome="failed") == 2
+
+
+def test_abort_latency_measured_to_cancelled_terminal() -> None:
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock)
+    tracker = m.run_tracker("demo")
+    tracker.on_event(ev("run.started"))
+    clock.now += 3
+    tracker.abort_requested()
+    clock.now += 0.05
+    tracker.on_event(ev("run.cancelled", {"reason": "aborted"}))
+    assert sample(m, "agent_gateway_abort_latency_seconds_sum", provider="demo") == pytest.approx(
+        0.05
+    )
+    assert sample(m, "agent_gateway_abort_latency_seconds_count", provider="demo") == 1
+
+
+def test_close_without_terminal_counts_failed_once() -> None:
+    m = GatewayMetrics()
+    tracker = m.run_tracker("demo")
+    tracker.close()
+    tracker.close()
+    assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="failed") == 1
+    assert sample(m, "agent_gateway_active_runs", provider="demo") == 0
+
+
+def test_subscribers_backend_issues_dropped() -> None:
+    m = GatewayMetrics()
+    with m.track_subscriber("sse"):
+        assert sample(m, "agent_gateway_subscribers", transport="sse") == 1
+    assert sample(m, "agent_gateway_subscribers", transport="sse") == 0
+    with m.backend_op("redis", "append"):
+        pass
+    with pytest.raises(RuntimeError), m.backend_op("redis", "append"):
+        raise RuntimeError("down")
+    assert sample(m, "agent_gateway_backend_op_seconds_count", backend="redis", op="append") == 2
+    assert sample(m, "agent_gateway_backend_op_errors_total", backend="redis", op="append") == 1
+    m.protocol_issues_from([{"code": "missing_entity"}, {"code": "bogus"}])
+    assert sample(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 1
+    assert sample(m, "agent_gateway_protocol_issues_total", code=OTHER) == 1
+    m.subscriber_dropped("ws")
+    assert sample(m, "agent_gateway_dropped_subscribers_total", transport="ws") == 1
+
+
+def test_render_is_parseable_and_never_holds_unbounded_values() -> None:
+    m = GatewayMetrics(providers=["demo"])
+    for i in range(100):
+        m.run_tracker(f"conv-key-{i}").close()
+        m.observe_event(f"custom.{i}")
+    text = m.render().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert "agent_gateway_runs_started" in families
+    providers = {s.labels["provider"] for s in families["agent_gateway_runs_started"].samples}
+    assert len(providers) <= 33  # 32 kept + "other"
+    types = {s.labels["type"] for s in families["agent_gateway_events"].samples}
+    assert types == {OTHER}
+    assert "conv-key-99" not in text
+
+
+def test_registries_are_independent() -> None:
+    a, b = GatewayMetrics(), GatewayMetrics()
+    a.run_tracker("demo")
+    assert sample(b, "agent_gateway_runs_started_total", provider="demo") is None
