@@ -13,10 +13,11 @@ so the run loop needs one call per event.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -36,6 +37,7 @@ __all__ = [
     "OUTCOMES",
     "TRANSPORTS",
     "GatewayMetrics",
+    "InstrumentedBackend",
     "LabelGuard",
     "RunTracker",
 ]
@@ -115,6 +117,10 @@ ERROR_CODES: Final = frozenset(
 _LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RUN_BUCKETS: Final = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 _BACKEND_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class _AbortSource(Protocol):
+    def add_callback(self, callback: Callable[[Any], None]) -> Callable[[], None]: ...
 
 
 class LabelGuard:
@@ -241,9 +247,16 @@ class GatewayMetrics:
 
     # -- runs ---------------------------------------------------------------------------------
 
-    def run_tracker(self, provider: str) -> RunTracker:
-        """Count a run as started and return the tracker to feed its events to."""
-        return RunTracker(self, self.provider_label(provider))
+    def run_tracker(self, provider: str, abort_signal: _AbortSource | None = None) -> RunTracker:
+        """Count a run as started and return the tracker to feed its events to.
+
+        With ``abort_signal`` (anything with ``add_callback``, e.g. the run's AbortSignal), the
+        abort time is taken when the signal fires, for the abort latency histogram.
+        """
+        tracker = RunTracker(self, self.provider_label(provider))
+        if abort_signal is not None:
+            abort_signal.add_callback(lambda _reason: tracker.abort_requested())
+        return tracker
 
     def observe_event(self, event_type: object) -> None:
         self.events.labels(self.event_label(event_type)).inc()
@@ -354,3 +367,43 @@ class RunTracker:
         )
         if self._abort_at is not None and outcome == "cancelled":
             m.abort_latency.labels(self._provider).observe(now - self._abort_at)
+
+
+class InstrumentedBackend:
+    """Wraps a backend: every coroutine method is timed and its errors counted.
+
+    ``read`` is a long poll (it waits for new entries), so only its errors are counted.
+    Attributes that are not coroutine methods pass through unchanged.
+    """
+
+    _UNTIMED: Final = frozenset({"read"})
+
+    def __init__(self, inner: Any, metrics: GatewayMetrics, backend: str) -> None:
+        self._inner = inner
+        self._metrics = metrics
+        self._backend = backend
+
+    @property
+    def inner(self) -> Any:
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        metrics, backend = self._metrics, self._backend
+        timed = name not in self._UNTIMED
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if timed:
+                with metrics.backend_op(backend, name):
+                    return await attr(*args, **kwargs)
+            try:
+                return await attr(*args, **kwargs)
+            except Exception:
+                metrics.backend_op_errors.labels(
+                    metrics.backend_label(backend), metrics.op_label(name)
+                ).inc()
+                raise
+
+        return call

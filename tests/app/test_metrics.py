@@ -144,3 +144,53 @@ def test_registries_are_independent() -> None:
     a, b = GatewayMetrics(), GatewayMetrics()
     a.run_tracker("demo")
     assert sample(b, "agent_gateway_runs_started_total", provider="demo") is None
+
+
+def test_abort_signal_callback_feeds_abort_latency() -> None:
+    from providers.signal import AbortSignal
+
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock)
+    signal = AbortSignal()
+    tracker = m.run_tracker("demo", abort_signal=signal)
+    clock.now += 1
+    signal.abort("aborted")
+    clock.now += 0.25
+    tracker.on_event(ev("run.cancelled", {"reason": "aborted"}))
+    assert sample(m, "agent_gateway_abort_latency_seconds_sum", provider="demo") == pytest.approx(
+        0.25
+    )
+
+
+class _FakeBackend:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def append_event(self, ref: str, event: dict[str, Any]) -> str:
+        self.calls.append("append_event")
+        return "cursor-1"
+
+    async def read(self, ref: str) -> list[str]:
+        raise ConnectionError("redis down")
+
+    def wake_readers(self) -> str:
+        return "sync"
+
+
+async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
+    from app.metrics import InstrumentedBackend
+
+    m = GatewayMetrics()
+    inner = _FakeBackend()
+    backend = InstrumentedBackend(inner, m, "memory")
+    assert await backend.append_event("c", {}) == "cursor-1"
+    assert backend.wake_readers() == "sync"
+    with pytest.raises(ConnectionError):
+        await backend.read("c")
+    assert inner.calls == ["append_event"]
+    assert (
+        sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="append_event")
+        == 1
+    )
+    assert sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="read") == 1
+    assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="read") is None
