@@ -9,7 +9,8 @@ Validity itself is decided by ``core.events.validate_event`` (JavaScript number 
 
 from __future__ import annotations
 
-from functools import lru_cache
+import operator
+from functools import lru_cache, reduce
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
@@ -323,7 +324,7 @@ if TYPE_CHECKING:
     #: The discriminated union of the 32 event models (statically: any of them).
     AgentEvent: TypeAlias = EventEnvelope
 else:
-    AgentEvent = Annotated[tuple(EVENT_MODELS.values()), Field(discriminator="type")]
+    AgentEvent = Annotated[reduce(operator.or_, EVENT_MODELS.values()), Field(discriminator="type")]
 
 
 @lru_cache(maxsize=1)
