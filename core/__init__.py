@@ -27,7 +27,10 @@ from core.keys import entity_key, event_key, utf16_len
 from core.models import AgentEvent, dump_event
 from core.projection import is_requesting, message_status, project_messages
 from core.reducer import reduce_agent_state
+from core.replay import ReplayResult, ReplayStopped, replay_jsonl
+from core.schema import agent_event_json_schema
 from core.state import AgentState, create_agent_state
+from core.store import AgentStore, DispatchOutcome, StoreMode
 
 __all__ = [
     "EVENT_TYPES",
@@ -38,8 +41,14 @@ __all__ = [
     "AgentProtocolError",
     "AgentProtocolIssue",
     "AgentState",
+    "AgentStore",
+    "DispatchOutcome",
     "EventFactory",
     "EventValidationError",
+    "ReplayResult",
+    "ReplayStopped",
+    "StoreMode",
+    "agent_event_json_schema",
     "create_agent_state",
     "dump_event",
     "entity_key",
@@ -50,6 +59,7 @@ __all__ = [
     "parse_event",
     "project_messages",
     "reduce_agent_state",
+    "replay_jsonl",
     "utf16_len",
     "validate_event",
 ]

@@ -31,6 +31,8 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 JsNumber = Annotated[int | float, WithJsonSchema({"type": "number"})]
 #: A JavaScript integer (``3.0`` is one).
 JsInteger = Annotated[int | float, WithJsonSchema({"type": "integer"})]
+Sequence = Annotated[int | float, Field(ge=0), WithJsonSchema({"type": "integer", "minimum": 0})]
+Attempt = Annotated[int | float, Field(ge=1), WithJsonSchema({"type": "integer", "minimum": 1})]
 ApprovalDecision = Literal["approved", "rejected", "modified", "expired"]
 
 
@@ -153,7 +155,7 @@ class ToolRequestedPayload(_Model):
     name: NonEmptyStr
     arguments: str | None = None
     index: JsInteger | None = None
-    attempt: Annotated[JsInteger, Field(ge=1)] | None = None
+    attempt: Attempt | None = None
     retry_of: str | None = None
 
 
@@ -255,7 +257,7 @@ class EventEnvelope(_Model):
     event_id: NonEmptyStr
     session_id: NonEmptyStr
     run_id: NonEmptyStr
-    sequence: Annotated[JsInteger, Field(ge=0)]
+    sequence: Sequence
     timestamp: JsNumber
     parent_id: str | None = None
     meta: dict[str, Any] | None = None
