@@ -1,0 +1,98 @@
+"""Stopping an upstream call at once: on abort (the run's signal) or at the request deadline.
+
+A :class:`Stopper` merges the two causes; transports register "close now" callbacks on it that
+tear the connection down synchronously (so a blocked read wakes up), and :func:`race_stop` runs
+the connect / handshake phase so that it is cancelled the moment the stopper fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+from providers.errors import AbortError, UpstreamTimeout
+from providers.signal import AbortSignal
+
+T = TypeVar("T")
+StopCause = Literal["abort", "deadline"]
+
+
+class Stopper:
+    __slots__ = ("_callbacks", "_remove_signal", "_timer", "cause", "signal")
+
+    def __init__(self, signal: AbortSignal, deadline_seconds: float | None = None) -> None:
+        self.signal = signal
+        self.cause: StopCause | None = None
+        self._callbacks: list[Callable[[], None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._remove_signal = signal.add_callback(lambda _reason: self.stop("abort"))
+        if deadline_seconds is not None and self.cause is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(deadline_seconds, self.stop, "deadline")
+
+    @property
+    def stopped(self) -> bool:
+        return self.cause is not None
+
+    def stop(self, cause: StopCause) -> None:
+        if self.cause is not None:
+            return
+        self.cause = cause
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                pass
+
+    def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
+        if self.cause is not None:
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
+
+    def error(self) -> BaseException:
+        if self.cause == "deadline":
+            return UpstreamTimeout()
+        return AbortError.from_signal(self.signal)
+
+    def check(self) -> None:
+        if self.cause is not None:
+            raise self.error()
+
+    def close(self) -> None:
+        self._remove_signal()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._callbacks.clear()
+
+
+async def race_stop(coro: Coroutine[Any, Any, T], stopper: Stopper) -> T:
+    """Await ``coro``; if ``stopper`` fires first, cancel it and raise the stop error."""
+    if stopper.stopped:
+        coro.close()
+        raise stopper.error()
+    task: asyncio.Task[T] = asyncio.ensure_future(coro)
+
+    def cancel() -> None:
+        task.cancel()
+
+    remove = stopper.on_stop(cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if stopper.stopped and (current is None or current.cancelling() == 0):
+            raise stopper.error() from None
+        raise
+    finally:
+        remove()
+        if not task.done():
+            task.cancel()

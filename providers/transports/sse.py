@@ -1,0 +1,158 @@
+"""SSE transport: ``POST`` JSON with the configured headers, yield ``ServerSentEvent`` chunks.
+
+Timeouts: ``timeout_seconds`` bounds the connect and the whole request; ``idle_timeout_seconds``
+bounds the silence between two reads (``upstream_idle_timeout``). A non-2xx answer raises
+:class:`UpstreamHTTPError` (status, body excerpt, retryable for 429/5xx). On abort the socket is
+shut down from the signal callback, so a read blocked on a silent upstream wakes up at once and
+the upstream sees the disconnect immediately; the response is then closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from httpx_sse import ServerSentEvent
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+from providers.errors import (
+    UpstreamEventTooLarge,
+    UpstreamHTTPError,
+    body_excerpt,
+    map_transport_errors,
+)
+from providers.signal import AbortSignal
+from providers.transports._abort import Stopper, race_stop
+from providers.transports.request import UpstreamRequest
+
+__all__ = ["SSEParser", "SSETransport"]
+
+_ERROR_BODY_BYTES = 4096
+
+
+class SSEParser:
+    """Incremental SSE parser over text pieces, bounded by ``max_event_bytes``."""
+
+    __slots__ = ("_decoder", "_lines", "_max", "_size")
+
+    def __init__(self, max_event_bytes: int) -> None:
+        self._lines = SSELineDecoder()
+        self._decoder = SSEDecoder()
+        self._max = max_event_bytes
+        self._size = 0
+
+    def feed(self, text: str) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        for line in self._lines.decode(text):
+            self._line(line, out)
+        if sum(len(part) for part in self._lines.buffer) > self._max:
+            raise UpstreamEventTooLarge(self._max)
+        return out
+
+    def close(self) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        for line in self._lines.flush():
+            self._line(line, out)
+        self._line("", out)
+        return out
+
+    def _line(self, line: str, out: list[ServerSentEvent]) -> None:
+        self._size = 0 if not line else self._size + len(line)
+        if self._size > self._max:
+            raise UpstreamEventTooLarge(self._max)
+        sse = self._decoder.decode(line)
+        if sse is not None:
+            out.append(sse)
+
+
+class SSETransport:
+    kind = "sse"
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float | None = 60.0,
+        idle_timeout_seconds: float | None = 60.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
+        self._client = client
+        self._owns_client = client is None
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            timeout = httpx.Timeout(
+                connect=self.timeout_seconds,
+                read=self.idle_timeout_seconds,
+                write=self.timeout_seconds,
+                pool=self.timeout_seconds,
+            )
+            self._client = httpx.AsyncClient(timeout=timeout)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+            self._client = None
+
+    async def open(
+        self, request: UpstreamRequest, signal: AbortSignal
+    ) -> AsyncIterator[ServerSentEvent]:
+        stopper = Stopper(signal, self.timeout_seconds)
+        try:
+            stopper.check()
+            client = self._get_client()
+            headers = {"accept": "text/event-stream", **request.headers}
+            with map_transport_errors(signal):
+                http_request = client.build_request(
+                    request.method, request.url, json=request.json, headers=headers
+                )
+                response = await race_stop(client.send(http_request, stream=True), stopper)
+            try:
+                stopper.on_stop(lambda: _close_now(response))
+                with map_transport_errors(signal):
+                    if not 200 <= response.status_code < 300:
+                        raise UpstreamHTTPError(response.status_code, await _excerpt(response))
+                    parser = SSEParser(request.max_event_bytes)
+                    async for text in response.aiter_text():
+                        stopper.check()
+                        for event in parser.feed(text):
+                            yield event
+                    stopper.check()
+                    for event in parser.close():
+                        yield event
+            except Exception:
+                if stopper.stopped:
+                    raise stopper.error() from None
+                raise
+            finally:
+                await response.aclose()
+        finally:
+            stopper.close()
+
+
+def _close_now(response: httpx.Response) -> None:
+    """Tear the connection down synchronously: the upstream sees the disconnect at once and a
+    read blocked on it returns immediately."""
+    stream: Any = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            return
+        except OSError:
+            pass
+    asyncio.ensure_future(response.aclose())  # noqa: RUF006 - best effort for in-memory transports
+
+
+async def _excerpt(response: httpx.Response) -> str:
+    raw = b""
+    async for piece in response.aiter_bytes():
+        raw += piece
+        if len(raw) >= _ERROR_BODY_BYTES:
+            break
+    return body_excerpt(raw)
