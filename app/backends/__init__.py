@@ -1,0 +1,50 @@
+"""Backends: where conversations live. ``create_backend(settings)`` picks one by config."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from app.backends.base import (
+    EMPTY_CURSOR,
+    Backend,
+    ConversationMeta,
+    ConversationRef,
+    IdempotencyRecord,
+    LogEntry,
+    ReadResult,
+    RunControl,
+    Snapshot,
+)
+from app.backends.memory import MemoryBackend
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+__all__ = [
+    "EMPTY_CURSOR",
+    "Backend",
+    "ConversationMeta",
+    "ConversationRef",
+    "IdempotencyRecord",
+    "LogEntry",
+    "MemoryBackend",
+    "ReadResult",
+    "RunControl",
+    "Snapshot",
+    "create_backend",
+]
+
+
+def create_backend(settings: Settings) -> Backend:
+    gateway = settings.gateway
+    if gateway.backend == "memory":
+        return MemoryBackend(
+            event_log_max_len=gateway.event_log_max_len,
+            max_conversations=gateway.max_conversations,
+            conversation_ttl_seconds=gateway.conversation_ttl_seconds,
+        )
+    # The Redis backend lives in its own module (issue 6); it is imported only when chosen.
+    module = importlib.import_module("app.backends.redis")
+    backend: Backend = module.create_redis_backend(settings)
+    return backend

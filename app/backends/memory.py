@@ -1,0 +1,319 @@
+"""The embedded memory backend: one process, conversations in a dict, logs in deques.
+
+Retention keeps the last ``event_log_max_len`` entries per conversation; conversations idle
+longer than ``conversation_ttl_seconds`` are dropped, and beyond ``max_conversations`` the least
+recently used idle ones are evicted. A conversation whose run slot is taken is never evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+from app.backends.base import (
+    EMPTY_CURSOR,
+    Backend,
+    ConversationMeta,
+    ConversationRef,
+    IdempotencyRecord,
+    LogEntry,
+    ReadResult,
+    RunControl,
+    Snapshot,
+)
+from app.ids import new_token
+from core.store import AgentStore
+from providers.contract import Command
+
+__all__ = ["MemoryBackend"]
+
+
+class _Notifier:
+    """Wakes every reader waiting on one conversation; readers capture the event first."""
+
+    __slots__ = ("event", "waiters")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.waiters = 0
+
+    def notify(self) -> None:
+        self.event.set()
+        self.event = asyncio.Event()
+
+
+class _Conversation:
+    __slots__ = (
+        "extensions",
+        "first_seq",
+        "incarnation",
+        "last_seq",
+        "log",
+        "meta",
+        "store",
+        "touched",
+    )
+
+    def __init__(self, meta: ConversationMeta, now: float) -> None:
+        self.meta = meta
+        self.incarnation = new_token(6)
+        self.store = AgentStore(mode="record")
+        self.log: deque[LogEntry] = deque()
+        self.first_seq = 1  # seq of log[0] (or of the next entry when the log is empty)
+        self.last_seq = 0
+        self.extensions: dict[str, Any] = {}
+        self.touched = now
+
+    def cursor(self, seq: int) -> str:
+        return EMPTY_CURSOR if seq == 0 else f"{self.incarnation}-{seq}"
+
+    def parse(self, cursor: str) -> int | None:
+        """The seq of ``cursor`` in this incarnation, or None when it is not one of ours."""
+        if cursor == EMPTY_CURSOR:
+            return 0
+        incarnation, _, seq = cursor.rpartition("-")
+        if incarnation != self.incarnation or not seq.isdigit():
+            return None
+        value = int(seq)
+        return value if value <= self.last_seq else None
+
+
+class MemoryBackend(Backend):
+    def __init__(
+        self,
+        *,
+        event_log_max_len: int = 10000,
+        max_conversations: int = 100000,
+        conversation_ttl_seconds: float = 86400,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_len = event_log_max_len
+        self._max_conversations = max_conversations
+        self._ttl = conversation_ttl_seconds
+        self._clock = clock
+        self._conversations: OrderedDict[ConversationRef, _Conversation] = OrderedDict()
+        self._notifiers: dict[ConversationRef, _Notifier] = {}
+        self._runs: dict[ConversationRef, RunControl] = {}
+        self._idempotency: dict[str, tuple[float, IdempotencyRecord]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        self.wake_readers()
+
+    async def ping(self) -> bool:
+        return True
+
+    async def _sweep_forever(self) -> None:
+        interval = max(0.05, min(self._ttl / 4, 60.0))
+        while True:
+            await asyncio.sleep(interval)
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Drop expired idle conversations, then evict LRU idle ones beyond the cap."""
+        now = self._clock()
+        for ref, conv in list(self._conversations.items()):
+            if ref not in self._runs and now - conv.touched > self._ttl:
+                self._drop(ref)
+        excess = len(self._conversations) - self._max_conversations
+        if excess > 0:
+            for ref in list(self._conversations):
+                if excess <= 0:
+                    break
+                if ref not in self._runs:
+                    self._drop(ref)
+                    excess -= 1
+        cutoff = time.time()
+        for scope, (expires, _) in list(self._idempotency.items()):
+            if expires < cutoff:
+                del self._idempotency[scope]
+
+    def _drop(self, ref: ConversationRef) -> None:
+        if self._conversations.pop(ref, None) is not None:
+            self._notify(ref)
+
+    def _get(self, ref: ConversationRef) -> _Conversation | None:
+        conv = self._conversations.get(ref)
+        if conv is not None:
+            conv.touched = self._clock()
+            self._conversations.move_to_end(ref)
+        return conv
+
+    def _notify(self, ref: ConversationRef) -> None:
+        notifier = self._notifiers.get(ref)
+        if notifier is not None:
+            notifier.notify()
+
+    # --- conversations -------------------------------------------------------------------
+    async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
+        if self._get(ref) is not None:
+            return False
+        self._conversations[ref] = _Conversation(meta, self._clock())
+        if len(self._conversations) > self._max_conversations:
+            self.sweep()
+        return True
+
+    async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
+        conv = self._get(ref)
+        return None if conv is None else conv.meta
+
+    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+        conv = self._get(ref)
+        if conv is not None:
+            conv.meta = meta
+
+    async def delete(self, ref: ConversationRef) -> bool:
+        existed = ref in self._conversations
+        self._drop(ref)
+        return existed
+
+    async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
+        return [
+            (ref.key, conv.meta)
+            for ref, conv in self._conversations.items()
+            if ref.principal == principal
+        ]
+
+    # --- log and state -------------------------------------------------------------------
+    def _append(self, ref: ConversationRef, conv: _Conversation, entry: LogEntry) -> LogEntry:
+        conv.log.append(entry)
+        if len(conv.log) > self._max_len:
+            conv.log.popleft()
+            conv.first_seq += 1
+        self._notify(ref)
+        return entry
+
+    def _require(self, ref: ConversationRef) -> _Conversation:
+        conv = self._get(ref)
+        if conv is None:
+            raise KeyError(f"conversation {ref.key!r} does not exist")
+        return conv
+
+    async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
+        conv = self._require(ref)
+        conv.store.dispatch(event)
+        conv.last_seq += 1
+        conv.meta.updated_at = time.time() * 1000
+        return self._append(ref, conv, LogEntry.for_event(conv.cursor(conv.last_seq), event))
+
+    async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
+        conv = self._require(ref)
+        conv.extensions[key] = value
+        conv.last_seq += 1
+        entry = LogEntry.for_extension(conv.cursor(conv.last_seq), key, value)
+        return self._append(ref, conv, entry)
+
+    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        conv = self._get(ref)
+        if conv is None:
+            return None
+        return Snapshot(
+            state=conv.store.get_snapshot(),
+            cursor=conv.cursor(conv.last_seq),
+            extensions=dict(conv.extensions),
+            meta=conv.meta,
+        )
+
+    async def head_cursor(self, ref: ConversationRef) -> str:
+        conv = self._get(ref)
+        return EMPTY_CURSOR if conv is None else conv.cursor(conv.last_seq)
+
+    def _read_now(self, ref: ConversationRef, after: str, limit: int) -> ReadResult:
+        conv = self._conversations.get(ref)
+        if conv is None:
+            return ReadResult("ok" if after == EMPTY_CURSOR else "unknown")
+        seq = conv.parse(after)
+        if seq is None:
+            return ReadResult("unknown")
+        if seq < conv.first_seq - 1:
+            return ReadResult("trimmed")
+        start = seq - conv.first_seq + 1
+        stop = min(len(conv.log), start + limit)
+        return ReadResult("ok", [conv.log[i] for i in range(start, stop)])
+
+    async def read(
+        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+    ) -> ReadResult:
+        result = self._read_now(ref, after, limit)
+        if result.entries or result.status != "ok" or wait <= 0:
+            return result
+        notifier = self._notifiers.get(ref)
+        if notifier is None:
+            notifier = self._notifiers[ref] = _Notifier()
+        notifier.waiters += 1
+        event = notifier.event
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await event.wait()
+        finally:
+            notifier.waiters -= 1
+            if notifier.waiters == 0 and self._notifiers.get(ref) is notifier:
+                del self._notifiers[ref]
+        return self._read_now(ref, after, limit)
+
+    def wake_readers(self) -> None:
+        for notifier in list(self._notifiers.values()):
+            notifier.notify()
+
+    # --- runs ----------------------------------------------------------------------------
+    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+        if ref in self._runs:
+            return False
+        self._runs[ref] = control
+        return True
+
+    async def release_run(self, ref: ConversationRef, run_id: str) -> None:
+        control = self._runs.get(ref)
+        if control is not None and control.run_id == run_id:
+            del self._runs[ref]
+
+    async def active_run(self, ref: ConversationRef) -> str | None:
+        control = self._runs.get(ref)
+        return None if control is None else control.run_id
+
+    async def request_abort(
+        self,
+        ref: ConversationRef,
+        run_id: str | None,
+        reason: Literal["aborted", "interrupted", "shutdown"] = "aborted",
+    ) -> str | None:
+        control = self._runs.get(ref)
+        if control is None or (run_id is not None and control.run_id != run_id):
+            return None
+        control.abort(reason)
+        return control.run_id
+
+    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
+        control = self._runs.get(ref)
+        if control is None or control.run_id != run_id:
+            return False
+        control.deliver(command)
+        return True
+
+    # --- idempotency ---------------------------------------------------------------------
+    async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
+        item = self._idempotency.get(scope)
+        if item is None or item[0] < time.time():
+            return None
+        return item[1]
+
+    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
+        if await self.idempotency_get(scope) is not None:
+            return False
+        self._idempotency[scope] = (time.time() + ttl, record)
+        return True

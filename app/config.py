@@ -1,0 +1,193 @@
+"""Gateway settings (http-api.md "Configuration"): a TOML file, env overrides, `${VAR}` secrets.
+
+Sources, lowest to highest priority: defaults, the TOML file (`AGENT_GATEWAY_CONFIG` or
+`--config`), environment variables `AGENT_GATEWAY_<SECTION>__<KEY>`. An invalid value fails at
+start with a :class:`ConfigError` whose message names the key (``gateway.backend: ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_ENV_VAR = "AGENT_GATEWAY_CONFIG"
+DEMO_PROVIDER = "demo"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+ProviderKind = Literal[
+    "ag-ui", "openai-chat", "anthropic-messages", "agent-event", "local-demo", "fixture"
+]
+Multitask = Literal["reject", "interrupt", "enqueue"]
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names every offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GatewaySection(_Section):
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    default_provider: str = DEMO_PROVIDER
+    multitask: Multitask = "reject"
+    enqueue_max: int = Field(8, ge=0)
+    heartbeat_seconds: float = Field(15, gt=0)
+    send_timeout_seconds: float = Field(30, gt=0)
+    event_log_max_len: int = Field(10000, ge=1)
+    snapshot_every: int = Field(200, ge=1)
+    max_body_bytes: int = Field(1048576, ge=1)
+    max_conversations: int = Field(100000, ge=1)
+    conversation_ttl_seconds: float = Field(86400, gt=0)
+    wait_timeout_seconds: float = Field(600, gt=0)
+    shutdown_grace_seconds: float = Field(10, ge=0)
+    demo_page: bool = True
+    log_format: Literal["json", "text"] = "json"
+    log_content: bool = False
+    lease_ttl_seconds: float = Field(10, gt=0)
+    idempotency_ttl_seconds: float = Field(86400, gt=0)
+    cors_origins: list[str] = Field(default_factory=list)
+
+
+class LimitsSection(_Section):
+    max_input_bytes: int = Field(262144, ge=1)
+    max_conversations_per_principal: int = Field(1000, ge=1)
+    max_subscribers_per_conversation: int = Field(100, ge=1)
+    max_subscribers_per_principal: int = Field(500, ge=1)
+    runs_per_minute_per_principal: int = Field(60, ge=1)
+    max_ws_frame_bytes: int = Field(1048576, ge=1)
+    max_upstream_event_bytes: int = Field(4194304, ge=1)
+    max_inline_artifact_bytes: int = Field(1048576, ge=1)
+
+
+class WebhooksSection(_Section):
+    url: str = ""
+    secret: str = "${WEBHOOK_SECRET}"
+    events: list[str] = Field(
+        default_factory=lambda: ["run.completed", "run.failed", "run.cancelled"]
+    )
+
+    @model_validator(mode="after")
+    def _expand_secret(self) -> WebhooksSection:
+        if self.url:  # the secret is needed (and must resolve) only when webhooks are on
+            self.secret = expand_env(self.secret)
+        return self
+
+
+class AuthSection(_Section):
+    mode: Literal["none", "bearer"] = "none"
+    tokens: dict[str, str] = Field(default_factory=dict)
+    tokens_file: str | None = None
+    services: list[str] = Field(default_factory=list)
+
+
+class ProviderConfig(BaseModel):
+    """One `[providers.NAME]` table. Keys beyond the documented ones go to the provider kind."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: ProviderKind
+    url: str | None = None
+    transport: Literal["sse", "websocket"] = "sse"
+    model: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = Field(60, gt=0)
+    idle_timeout_seconds: float = Field(60, gt=0)
+    params: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = None
+
+    @field_validator("headers")
+    @classmethod
+    def _expand_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        return {name: expand_env(value) for name, value in headers.items()}
+
+    def to_provider_config(self) -> dict[str, Any]:
+        """The plain mapping handed to ``providers.registry.create_provider``."""
+        return self.model_dump(exclude_none=True)
+
+
+def expand_env(value: str) -> str:
+    """Replace every `${VAR}` with the environment's value; a missing variable is an error."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ValueError(f"environment variable {name} is not set")
+        return os.environ[name]
+
+    return _ENV_REF.sub(replace, value)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT_GATEWAY_",
+        env_nested_delimiter="__",
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    limits: LimitsSection = Field(default_factory=LimitsSection)
+    webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
+    auth: AuthSection = Field(default_factory=AuthSection)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _builtin_demo_and_default(self) -> Settings:
+        if DEMO_PROVIDER not in self.providers:
+            self.providers[DEMO_PROVIDER] = ProviderConfig(kind="local-demo")
+        if self.gateway.default_provider not in self.providers:
+            raise ValueError(
+                f"gateway.default_provider: {self.gateway.default_provider!r} is not a "
+                "configured provider"
+            )
+        return self
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        message = item["msg"]
+        lines.append(f"{key}: {message}" if key else message)
+    return "; ".join(lines)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Build the settings from ``path`` (else `AGENT_GATEWAY_CONFIG`, else none) and the env."""
+    source = path if path is not None else os.environ.get(CONFIG_ENV_VAR) or None
+    data: dict[str, Any] = {}
+    if source is not None:
+        try:
+            data = tomllib.loads(Path(source).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: invalid TOML: {exc}") from exc
+        unknown = sorted(set(data) - set(Settings.model_fields))
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown section")
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from exc

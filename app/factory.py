@@ -1,0 +1,67 @@
+"""``create_app(settings)``: the FastAPI application of the gateway."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from sse_starlette.sse import AppStatus
+
+from app.backends import Backend
+from app.config import Settings, load_settings
+from app.errors import install_error_handlers
+from app.gateway import Gateway
+from app.responses import JSON
+from app.routes import commands, conversations, events, system, ws
+from providers.contract import AgentProvider
+
+__all__ = ["create_app"]
+
+API_VERSION = "1.0.0"
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    providers: Mapping[str, AgentProvider] | None = None,
+    backend: Backend | None = None,
+) -> FastAPI:
+    """Build the app. ``providers`` replaces configured providers by name (embedding, tests)."""
+    settings = settings or load_settings()
+    gateway = Gateway(settings, backend=backend, providers=providers)
+    # Streams are closed by the gateway's own drain (after run.cancelled is delivered), not by
+    # sse-starlette's immediate cancel on SIGTERM.
+    AppStatus.enable_automatic_graceful_drain = False
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    app = FastAPI(
+        title="Agent Event Gateway",
+        version=API_VERSION,
+        description="Provider-neutral BFF gateway for Agent Event protocol 0.1.",
+        default_response_class=JSON,
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    install_error_handlers(app)
+    if settings.gateway.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.gateway.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+        )
+    for module in (conversations, events, commands, ws, system):
+        app.include_router(module.router)
+    if settings.gateway.demo_page and system.STATIC_DIR.is_dir():
+        app.mount("/static", StaticFiles(directory=system.STATIC_DIR), name="static")
+    return app

@@ -1,0 +1,62 @@
+"""The gateway object: settings, backend, providers, runs and the shutdown sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from app.backends import Backend, ConversationRef, create_backend
+from app.config import Settings
+from app.provider_catalog import ProviderCatalog
+from app.runs import RunManager
+from app.snapshot import snapshot_object
+from providers.contract import AgentProvider
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger("app.gateway")
+
+
+class Gateway:
+    """Everything a request needs; one per app (``app.state.gateway``)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        backend: Backend | None = None,
+        providers: Mapping[str, AgentProvider] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend or create_backend(settings)
+        self.catalog = ProviderCatalog(settings, providers)
+        self.runs = RunManager(self.backend, self.catalog, settings)
+        #: Set once every run has ended at shutdown: streams finish what is logged, then close.
+        self.closing = asyncio.Event()
+        self._drained: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.backend.start()
+
+    async def snapshot(self, ref: ConversationRef) -> dict[str, Any]:
+        return snapshot_object(ref.key, await self.backend.snapshot(ref))
+
+    async def drain(self) -> None:
+        """Graceful shutdown; idempotent and safe to await from several places."""
+        if self._drained is None:
+            self._drained = asyncio.ensure_future(self._drain())
+        await asyncio.shield(self._drained)
+
+    async def _drain(self) -> None:
+        grace = self.settings.gateway.shutdown_grace_seconds
+        logger.info("draining: %d active conversation(s)", self.runs.active_count())
+        await self.runs.drain(grace)
+        self.closing.set()
+        self.backend.wake_readers()
+
+    async def close(self) -> None:
+        await self.drain()
+        await self.catalog.aclose()
+        await self.backend.close()

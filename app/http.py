@@ -1,0 +1,94 @@
+"""HTTP plumbing shared by the routes: body limits and media type, principal, references."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Request
+from fastapi.routing import APIRoute
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+
+from app.backends import ConversationRef
+from app.errors import ApiError
+from app.gateway import Gateway
+from app.schemas import KEY_PATTERN
+
+__all__ = ["ConversationKey", "GatewayRoute", "Principal", "get_gateway", "principal_of"]
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class GatewayRoute(APIRoute):
+    """Checks size (413) and media type (415) of a body before FastAPI parses it."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            if request.method in _BODY_METHODS:
+                gateway: Gateway = request.app.state.gateway
+                limit = gateway.settings.gateway.max_body_bytes
+                declared = request.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > limit:
+                    raise _too_large(limit)
+                body = b""
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > limit:
+                        raise _too_large(limit)
+                request._body = body  # FastAPI parses the body we already read
+                if body.strip() and not _is_json(request.headers.get("content-type", "")):
+                    raise ApiError(
+                        415, "unsupported_media_type", "The body must be application/json."
+                    )
+            return await handler(request)
+
+        return guarded
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"The body is larger than {limit} bytes.")
+
+
+def get_gateway(connection: HTTPConnection) -> Gateway:
+    gateway: Gateway = connection.app.state.gateway
+    return gateway
+
+
+def principal_of(connection: HTTPConnection) -> str:
+    """The caller's principal: ``anonymous`` without auth, else the bearer token's principal."""
+    auth = get_gateway(connection).settings.auth
+    if auth.mode == "none":
+        return "anonymous"
+    header = connection.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else None
+    token = token or connection.query_params.get("access_token")
+    if token:
+        for known, principal in auth.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return principal
+    raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
+
+
+Principal = Annotated[str, Depends(principal_of)]
+ConversationKey = Annotated[
+    str, Path(alias="conversationKey", pattern=KEY_PATTERN, min_length=1, max_length=128)
+]
+
+
+def conversation_ref(principal: Principal, key: ConversationKey) -> ConversationRef:
+    return ConversationRef(principal, key)
+
+
+Ref = Annotated[ConversationRef, Depends(conversation_ref)]
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]

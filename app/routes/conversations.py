@@ -1,0 +1,144 @@
+"""Conversation routes: runs, reload, abort, state, delete, listing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Query
+from fastapi.responses import Response
+
+from app.errors import ApiError
+from app.http import GatewayDep, GatewayRoute, Principal, Ref
+from app.responses import JSON
+from app.routes.responses import ERRORS
+from app.schemas import AbortAnswer, AbortBody, ReloadBody, RunAccepted, RunBody, SnapshotBody
+from app.sse import sse_response
+from app.streams import Follow
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/conversations", route_class=GatewayRoute, tags=["conversations"])
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    202: {"model": RunAccepted, "description": "Run accepted"},
+    200: {
+        "description": "With ?stream=true: the SSE stream of this run",
+        "content": {"text/event-stream": {}},
+    },
+}
+
+
+async def _accept(
+    gateway: GatewayDep,
+    ref: Ref,
+    input: dict[str, Any] | None,
+    provider: str | None,
+    multitask: Any,
+    stream: bool,
+    *,
+    reload: bool,
+) -> Response:
+    max_input = gateway.settings.limits.max_input_bytes
+    if input is not None and len(orjson.dumps(input)) > max_input:
+        raise ApiError(413, "payload_too_large", f"input is larger than {max_input} bytes.")
+    submission = await gateway.runs.submit(ref, input, provider, multitask, reload=reload)
+    if stream:
+        spec = Follow(start=submission.body["cursor"], until_run=submission.request.run_id)
+        return sse_response(gateway, ref, spec)
+    return JSON(submission.body, status_code=202)
+
+
+@router.post(
+    "/{conversationKey}/runs",
+    status_code=202,
+    response_model=RunAccepted,
+    responses={**ERRORS, **_STREAM_DOC},
+    summary="onRequest: start a run",
+)
+async def start_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    body: RunBody,
+    stream: bool = Query(False, description="Answer with the SSE stream of this run"),
+) -> Response:
+    return await _accept(
+        gateway, ref, body.input, body.provider, body.multitask, stream, reload=False
+    )
+
+
+@router.post(
+    "/{conversationKey}/reload",
+    status_code=202,
+    response_model=RunAccepted,
+    responses={**ERRORS, **_STREAM_DOC},
+    summary="onReload: a new run, reusing the last input when none is given",
+)
+async def reload_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    body: Annotated[ReloadBody | None, Body()] = None,
+    stream: bool = Query(False),
+) -> Response:
+    body = body or ReloadBody()
+    return await _accept(
+        gateway, ref, body.input, body.provider, body.multitask, stream, reload=True
+    )
+
+
+@router.post(
+    "/{conversationKey}/abort",
+    response_model=AbortAnswer,
+    responses={**ERRORS, 202: {"model": AbortAnswer, "description": "Cancellation requested"}},
+    summary="Abort the active run (or a named one); idempotent",
+)
+async def abort_run(
+    gateway: GatewayDep, ref: Ref, body: Annotated[AbortBody | None, Body()] = None
+) -> Response:
+    run_id = await gateway.runs.abort(ref, body.runId if body else None)
+    if run_id is None:
+        return JSON({"aborted": False}, status_code=200)
+    return JSON({"runId": run_id, "aborted": True}, status_code=202)
+
+
+@router.get(
+    "/{conversationKey}/state",
+    response_model=SnapshotBody,
+    responses=ERRORS,
+    summary="The current snapshot",
+)
+async def get_state(gateway: GatewayDep, ref: Ref) -> Response:
+    snapshot = await gateway.backend.snapshot(ref)
+    if snapshot is None:
+        raise ApiError(404, "conversation_not_found", "No such conversation.")
+    return JSON(await gateway.snapshot(ref))
+
+
+@router.delete(
+    "/{conversationKey}",
+    status_code=204,
+    responses=ERRORS,
+    summary="Abort, then drop state and log",
+)
+async def delete_conversation(gateway: GatewayDep, ref: Ref) -> Response:
+    await gateway.runs.cancel_all(ref, wait=gateway.settings.gateway.shutdown_grace_seconds)
+    await gateway.backend.delete(ref)
+    return Response(status_code=204)
+
+
+@router.get("", responses=ERRORS, summary="The caller's conversations, newest first")
+async def list_conversations(gateway: GatewayDep, principal: Principal) -> Response:
+    items = await gateway.backend.list_conversations(principal)
+    items.sort(key=lambda item: item[1].updated_at, reverse=True)
+    return JSON(
+        {
+            "conversations": [
+                {
+                    "conversationKey": key,
+                    "title": meta.title,
+                    "createdAt": meta.created_at,
+                    "updatedAt": meta.updated_at,
+                }
+                for key, meta in items
+            ]
+        }
+    )

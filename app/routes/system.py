@@ -1,0 +1,58 @@
+"""Health, readiness, providers and the demo page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
+from app.http import GatewayDep, Principal
+from app.responses import JSON
+from app.routes.responses import ERRORS
+from app.schemas import ProvidersAnswer
+
+__all__ = ["STATIC_DIR", "router"]
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz", summary="Liveness")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: the backend is reachable", responses={503: ERRORS[503]})
+async def readyz(gateway: GatewayDep) -> Response:
+    if gateway.runs.shutting_down:
+        return JSON({"status": "shutting_down"}, status_code=503)
+    try:
+        ready = await gateway.backend.ping()
+    except Exception:
+        ready = False
+    if not ready:
+        return JSON({"status": "backend_unavailable"}, status_code=503)
+    return JSON({"status": "ok"})
+
+
+@router.get(
+    "/v1/providers",
+    response_model=ProvidersAnswer,
+    responses=ERRORS,
+    summary="Configured providers and their capabilities",
+)
+async def list_providers(gateway: GatewayDep, _principal: Principal) -> JSON:
+    return JSON({"providers": gateway.catalog.describe()})
+
+
+@router.get("/", include_in_schema=True, response_class=HTMLResponse, summary="Demo page")
+async def index(gateway: GatewayDep) -> Response:
+    page = STATIC_DIR / "index.html"
+    if not gateway.settings.gateway.demo_page or not page.is_file():
+        return HTMLResponse(
+            "<!doctype html><title>Agent Event Gateway</title>"
+            "<p>Agent Event Gateway is running. See <a href='/docs'>/docs</a>.</p>",
+            status_code=404 if not gateway.settings.gateway.demo_page else 200,
+        )
+    return FileResponse(page)

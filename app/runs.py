@@ -1,0 +1,207 @@
+"""Runs per conversation: accept (multitask reject / interrupt / enqueue), execute, abort, drain.
+
+One worker task per busy conversation takes queued runs in FIFO order and executes them one at
+a time; the run slot is claimed in the backend so aborts and commands posted anywhere reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.backends import Backend, ConversationMeta, ConversationRef
+from app.config import Settings
+from app.errors import ApiError
+from app.ids import new_run_id, new_session_id
+from app.provider_catalog import ProviderCatalog
+from app.run_exec import ActiveRun, RunRequest, execute_run, title_of
+
+__all__ = ["RunManager", "Submission"]
+
+logger = logging.getLogger("app.runs")
+Multitask = Literal["reject", "interrupt", "enqueue"]
+
+
+@dataclass(slots=True)
+class _Slot:
+    queue: deque[RunRequest] = field(default_factory=deque)
+    current: ActiveRun | None = None
+    worker: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """The answer to an accepted run (the 202 body, plus the request for streaming)."""
+
+    body: dict[str, Any]
+    request: RunRequest
+
+
+class RunManager:
+    def __init__(self, backend: Backend, catalog: ProviderCatalog, settings: Settings) -> None:
+        self.backend = backend
+        self.catalog = catalog
+        self.settings = settings
+        self.shutting_down = False
+        self._slots: dict[ConversationRef, _Slot] = {}
+
+    # --- queries -------------------------------------------------------------------------
+    def active(self, ref: ConversationRef) -> ActiveRun | None:
+        slot = self._slots.get(ref)
+        return None if slot is None else slot.current
+
+    def is_busy(self, ref: ConversationRef, excluding: str | None = None) -> bool:
+        """A run of this conversation is running or queued (``excluding`` one run id)."""
+        slot = self._slots.get(ref)
+        if slot is None:
+            return False
+        if slot.queue:
+            return True
+        return slot.current is not None and slot.current.run_id != excluding
+
+    def active_count(self) -> int:
+        return sum(1 for slot in self._slots.values() if slot.current or slot.queue)
+
+    # --- submit --------------------------------------------------------------------------
+    async def submit(
+        self,
+        ref: ConversationRef,
+        input: dict[str, Any] | None,
+        provider: str | None,
+        multitask: Multitask | None,
+        *,
+        reload: bool = False,
+    ) -> Submission:
+        if self.shutting_down:
+            raise ApiError(503, "shutting_down", "The gateway is shutting down.")
+        policy = multitask or self.settings.gateway.multitask
+        slot = self._slots.setdefault(ref, _Slot())
+        async with slot.lock:
+            meta = await self.backend.get_meta(ref)
+            emit_user_message = True
+            if input is None:  # reload without input: reuse the last one
+                if meta is None or meta.last_input is None:
+                    raise ApiError(404, "nothing_to_reload", "This conversation has no run.")
+                input = meta.last_input
+                emit_user_message = False
+            name = provider or (meta.last_provider if meta else None) or self.catalog.default
+            self.catalog.get(name)  # 404 unknown_provider
+            if meta is None:
+                now = time.time() * 1000
+                meta = ConversationMeta(
+                    session_id=new_session_id(),
+                    created_at=now,
+                    updated_at=now,
+                    title=title_of(input),
+                )
+                await self.backend.create_conversation(ref, meta)
+                meta = await self.backend.get_meta(ref) or meta
+            cursor = await self.backend.head_cursor(ref)
+            busy = bool(slot.queue) or slot.current is not None
+            if not busy:
+                busy = await self.backend.active_run(ref) is not None
+            request = RunRequest(new_run_id(), input, name, emit_user_message)
+            status = "started"
+            if not busy:
+                slot.queue.append(request)
+            elif policy == "reject":
+                raise ApiError(409, "run_in_progress", "A run is already in progress.")
+            elif policy == "enqueue":
+                if len(slot.queue) >= self.settings.gateway.enqueue_max:
+                    raise ApiError(
+                        429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
+                    )
+                slot.queue.append(request)
+                status = "queued"
+            else:  # interrupt: the new run goes next, the active one is cancelled
+                slot.queue.appendleft(request)
+                await self.backend.request_abort(ref, None, "interrupted")
+            if slot.worker is None:
+                slot.worker = asyncio.create_task(self._work(ref, slot))
+        body = {
+            "conversationKey": ref.key,
+            "runId": request.run_id,
+            "sessionId": meta.session_id,
+            "provider": name,
+            "cursor": cursor,
+            "status": status,
+        }
+        return Submission(body, request)
+
+    async def _work(self, ref: ConversationRef, slot: _Slot) -> None:
+        try:
+            while slot.queue:
+                request = slot.queue.popleft()
+                active = ActiveRun(request.run_id)
+                slot.current = active
+                try:
+                    while not await self.backend.claim_run(ref, active):  # noqa: ASYNC110
+                        await asyncio.sleep(0.05)  # another instance still holds the slot
+                    try:
+                        await execute_run(
+                            self.backend, self.catalog, self.settings, ref, request, active
+                        )
+                    finally:
+                        await self.backend.release_run(ref, request.run_id)
+                except Exception:
+                    logger.exception("run %s could not be executed", request.run_id)
+                finally:
+                    slot.current = None
+                    request.done.set()
+        finally:
+            slot.worker = None
+            if not slot.queue and slot.current is None and not slot.lock.locked():
+                self._slots.pop(ref, None)
+
+    # --- abort ---------------------------------------------------------------------------
+    async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
+        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue."""
+        aborted = await self.backend.request_abort(ref, run_id, "aborted")
+        if aborted is not None or run_id is None:
+            return aborted
+        slot = self._slots.get(ref)
+        if slot is not None:
+            for request in list(slot.queue):
+                if request.run_id == run_id:
+                    slot.queue.remove(request)
+                    request.done.set()
+                    return run_id
+        return None
+
+    async def wait_idle(self, ref: ConversationRef, wait: float) -> None:
+        slot = self._slots.get(ref)
+        if slot is not None and slot.worker is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(slot.worker), wait)
+
+    async def cancel_all(self, ref: ConversationRef, wait: float) -> None:
+        """Drop queued runs, abort the active one and wait for it to end (DELETE)."""
+        slot = self._slots.get(ref)
+        if slot is not None:
+            for request in slot.queue:
+                request.done.set()
+            slot.queue.clear()
+        await self.backend.request_abort(ref, None, "aborted")
+        await self.wait_idle(ref, wait)
+
+    # --- shutdown ------------------------------------------------------------------------
+    async def drain(self, grace: float) -> None:
+        """Stop accepting runs; let active runs finish for ``grace`` s, then abort the rest."""
+        self.shutting_down = True
+        workers = [slot.worker for slot in self._slots.values() if slot.worker is not None]
+        if not workers:
+            return
+        _, pending = await asyncio.wait(workers, timeout=grace)
+        if not pending:
+            return
+        for ref, slot in list(self._slots.items()):
+            slot.queue.clear()
+            if slot.current is not None:
+                await self.backend.request_abort(ref, slot.current.run_id, "shutdown")
+        await asyncio.wait(pending, timeout=max(5.0, grace))

@@ -1,0 +1,52 @@
+"""Serving with uvicorn, with the gateway's graceful shutdown before uvicorn's own.
+
+On SIGTERM/SIGINT uvicorn leaves its main loop and calls ``shutdown``; we first drain the
+gateway (503 ``shutting_down`` for new runs, grace for active runs, then abort → every stream
+receives ``run.cancelled`` and closes), then let uvicorn close connections and run the lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Generator
+
+import uvicorn
+from fastapi import FastAPI
+
+from app.gateway import Gateway
+
+__all__ = ["GatewayServer", "serve"]
+
+
+class GatewayServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, *, install_signal_handlers: bool = True) -> None:
+        super().__init__(config)
+        self._install_signal_handlers = install_signal_handlers
+
+    @property
+    def gateway(self) -> Gateway:
+        app = self.config.app
+        assert isinstance(app, FastAPI)
+        gateway: Gateway = app.state.gateway
+        return gateway
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if not self._install_signal_handlers:
+            yield
+            return
+        with super().capture_signals():
+            yield
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.gateway.drain()
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> None:
+    """Run the app until SIGTERM/SIGINT (one process; scale out with the Redis backend)."""
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, proxy_headers=True, lifespan="on"
+    )
+    GatewayServer(config).run()

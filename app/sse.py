@@ -1,0 +1,63 @@
+"""SSE responses (sse-starlette): frames exactly as http-api.md specifies.
+
+AgentEvent frames carry ``id:`` and ``data:`` only; snapshots are ``event: snapshot``;
+extensions ``event: extension``. The first frame also carries ``retry:``. Heartbeats are
+``: ping`` comments. A send blocked longer than ``send_timeout_seconds`` drops the subscriber
+(it can resume with Last-Event-ID); the run is never affected.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from sse_starlette.event import ServerSentEvent
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
+from starlette.types import Receive, Scope, Send
+
+from app.backends import ConversationRef
+from app.gateway import Gateway
+from app.snapshot import snapshot_sse
+from app.streams import Follow, follow
+
+__all__ = ["RETRY_MS", "sse_response"]
+
+logger = logging.getLogger("app.sse")
+#: The reconnection delay suggested to EventSource clients.
+RETRY_MS = 2000
+
+
+class _GatewayEventSource(EventSourceResponse):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            logger.info("dropped a subscriber whose send blocked past the send timeout")
+
+
+def _ping() -> ServerSentEvent:
+    return ServerSentEvent(comment="ping", sep="\n")
+
+
+async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> AsyncIterator[bytes]:
+    retry: bytes | None = b"retry: %d\n" % RETRY_MS
+    async for item in follow(gateway, ref, spec):
+        if isinstance(item, dict):
+            frame = snapshot_sse(item, RETRY_MS if retry else None)
+        else:
+            frame = item.sse if retry is None else retry + item.sse
+        retry = None
+        yield frame
+
+
+def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
+    """An SSE response following the conversation's log as ``spec`` says."""
+    settings = gateway.settings.gateway
+    return _GatewayEventSource(
+        _frames(gateway, ref, spec),
+        headers={"Cache-Control": "no-cache"},
+        ping=settings.heartbeat_seconds,
+        ping_message_factory=_ping,
+        send_timeout=settings.send_timeout_seconds,
+        sep="\n",
+    )

@@ -1,0 +1,88 @@
+"""Following a conversation's log from a cursor: the one fan-out loop of SSE and WebSocket.
+
+Each subscriber keeps only its cursor and reads the shared log (ARCHITECTURE decisions 1–2):
+no per-subscriber queue, frames serialized once per entry. An unknown or trimmed resume point
+yields a fresh snapshot, never a gap; a deleted conversation ends the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
+
+__all__ = ["Follow", "follow"]
+
+BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    """Where to start and when to stop."""
+
+    #: The client's resume point (Last-Event-ID, ``?since=``, WS ``resume``).
+    since: str | None = None
+    #: Start here without a snapshot frame (``POST …/runs?stream=true``).
+    start: str | None = None
+    #: Close after the next run terminal when nothing else runs or waits (at once if idle).
+    until_idle: bool = False
+    #: Close after this run's terminal event.
+    until_run: str | None = None
+
+
+async def follow(
+    gateway: Gateway, ref: ConversationRef, spec: Follow
+) -> AsyncIterator[LogEntry | dict[str, Any]]:
+    """Yield snapshot objects (dicts) and log entries, in cursor order."""
+    backend, runs = gateway.backend, gateway.runs
+    wait = gateway.settings.gateway.heartbeat_seconds
+    pending: list[LogEntry] = []
+    if spec.start is not None:
+        pos = spec.start
+    elif spec.since is None:
+        body = await gateway.snapshot(ref)
+        yield body
+        pos = body["cursor"]
+    else:
+        probe = await backend.read(ref, spec.since, limit=BATCH, wait=0)
+        if probe.status == "ok":
+            pos, pending = spec.since, probe.entries
+        else:
+            body = await gateway.snapshot(ref)
+            yield body
+            pos = body["cursor"]
+    followed = pos != EMPTY_CURSOR
+    stop_at_head = spec.until_idle and not runs.is_busy(ref)
+    while True:
+        if pending:
+            entries, pending = pending, []
+        else:
+            idle = stop_at_head or gateway.closing.is_set()
+            result = await backend.read(ref, pos, limit=BATCH, wait=0 if idle else wait)
+            if result.status == "unknown" and followed:
+                return  # the conversation was deleted (or evicted)
+            if result.status != "ok":
+                body = await gateway.snapshot(ref)
+                yield body
+                pos = body["cursor"]
+                followed = pos != EMPTY_CURSOR
+                continue
+            entries = result.entries
+            if not entries:
+                if stop_at_head or gateway.closing.is_set():
+                    return
+                continue
+        for entry in entries:
+            yield entry
+            pos = entry.cursor
+            followed = True
+            if entry.is_run_terminal:
+                if spec.until_run is not None and entry.run_id == spec.until_run:
+                    return
+                if spec.until_idle and not runs.is_busy(ref, excluding=entry.run_id):
+                    return

@@ -1,0 +1,88 @@
+"""A reusable in-process gateway on loopback for tests: real uvicorn, real sockets.
+
+``start_gateway`` (fixture in conftest) starts ``create_app(settings, providers=...)`` on a free
+port in the test's event loop and stops it after the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.factory import create_app
+from app.gateway import Gateway
+from app.server import GatewayServer
+from providers.contract import AgentProvider
+
+__all__ = ["RunningGateway", "launch", "make_settings"]
+
+
+def make_settings(**sections: Mapping[str, Any]) -> Settings:
+    """Settings from plain section dicts, ignoring the environment's config file."""
+    return Settings(**{name: dict(values) for name, values in sections.items()})
+
+
+@dataclass
+class RunningGateway:
+    app: FastAPI
+    server: GatewayServer
+    task: asyncio.Task[None]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def gateway(self) -> Gateway:
+        gateway: Gateway = self.app.state.gateway
+        return gateway
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        kwargs.setdefault("timeout", 10.0)
+        return httpx.AsyncClient(base_url=self.url, **kwargs)
+
+    async def stop(self) -> None:
+        """Stop as SIGTERM would: the gateway drains, then uvicorn shuts down."""
+        self.server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 30)
+
+
+async def launch(
+    settings: Settings | None = None,
+    *,
+    providers: Mapping[str, AgentProvider] | None = None,
+    sndbuf: int | None = None,
+) -> RunningGateway:
+    app = create_app(settings or make_settings(), providers=providers)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sndbuf is not None:  # accepted sockets inherit it (Linux): a stalled client blocks fast
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=20)
+    server = GatewayServer(config, install_signal_handlers=False)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    for _ in range(500):
+        if server.started or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+    assert server.started, "gateway did not start"
+    return RunningGateway(app, server, task, port)

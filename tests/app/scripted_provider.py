@@ -1,0 +1,85 @@
+"""A provider for the app tests, driven by the prompt; built on the real ProviderBase.
+
+Prompt words (space separated, in order):
+- ``text:N`` — N text deltas ``w0 w1 …`` (``text:N:SIZE`` pads each delta to SIZE bytes)
+- ``sleep:S`` — wait S seconds (abort cuts it short)
+- ``approval:ID`` / ``approval:ID:editable`` / ``approval:ID:expired`` — an approval that waits
+- ``apptool:ID`` — a tool handed to the app (waits for its result)
+- ``ext:KEY`` — an extension value ``{"n": 1}`` under KEY
+- ``boom`` — the upstream fails
+Anything else is ignored. ``histories`` records the history each run received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from providers.base import ProviderBase, standard_capabilities
+from providers.context import RunContext
+from providers.contract import Command, RunOptions
+from providers.errors import UpstreamError
+from providers.signal import AbortSignal
+from providers.transports.iterable import IterableTransport
+
+__all__ = ["ScriptedProvider"]
+
+
+async def _script(request: Any, signal: AbortSignal) -> AsyncIterator[dict[str, Any]]:
+    for word in str(request.get("prompt", "")).split():
+        name, _, arg = word.partition(":")
+        if name == "text":
+            count, _, size = arg.partition(":")
+            for i in range(int(count)):
+                text = f"w{i} "
+                if size:
+                    text = text.ljust(int(size), "x")
+                yield {"text": text}
+                await asyncio.sleep(0)
+        elif name == "sleep":
+            await asyncio.sleep(float(arg))
+        elif name in ("approval", "apptool", "ext", "boom"):
+            yield {name: arg}
+
+
+class ScriptedProvider(ProviderBase):
+    def __init__(self, id: str = "demo") -> None:
+        super().__init__(
+            id,
+            IterableTransport(_script),
+            standard_capabilities(["async-iterable"], extensions=["test.ext"]),
+        )
+        self.histories: list[list[dict[str, Any]]] = []
+        self.commands: list[Command] = []
+
+    def create_context(self, options: RunOptions) -> RunContext:
+        self.histories.append(list(options.history))
+        return super().create_context(options)
+
+    async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> Any:
+        return dict(input)
+
+    def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
+        if "text" in chunk:
+            if not ctx.is_open("message", "m1"):
+                ctx.open_message("m1")
+            ctx.message_delta("m1", chunk["text"])
+        elif "approval" in chunk:
+            ident, _, flag = chunk["approval"].partition(":")
+            ctx.request_approval(
+                ident,
+                description="ok?",
+                editable=flag == "editable",
+                expires_at=1.0 if flag == "expired" else None,
+                version=1,
+            )
+        elif "apptool" in chunk:
+            ctx.request_tool(chunk["apptool"], "lookup", '{"q":1}', executor="app")
+        elif "ext" in chunk:
+            ctx.extension(chunk["ext"], {"n": 1})
+        elif "boom" in chunk:
+            raise UpstreamError("upstream exploded")
+
+    def on_command(self, command: Command, ctx: RunContext) -> None:
+        self.commands.append(command)
