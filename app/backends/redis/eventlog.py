@@ -1,0 +1,231 @@
+"""The conversation's event log as one Redis Stream: fenced appends, ranged reads, gap checks.
+
+An entry has four fields: ``k`` (kind: ``e`` an AgentEvent, ``x`` an extension value), ``d``
+(its JSON, serialized once by the writer), ``t`` (event type) and ``r`` (run id), so readers
+build frames without parsing the JSON. The stream id is the log position; the backend wraps it
+with the conversation's incarnation into the opaque cursor.
+
+Appends go through :class:`FencedWriter`: concurrent appends of one owner are coalesced into a
+single ``EVALSHA`` (one round trip for the whole batch), and the script rejects the batch with
+``FENCED`` when the writer's token no longer owns the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.scripts import APPEND
+
+KIND_EVENT = "e"
+KIND_EXTENSION = "x"
+ZERO_ID = "0-0"
+
+
+class Fenced(Exception):
+    """The writer's fencing token no longer owns the run: nothing was appended."""
+
+
+def parse_id(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Entry:
+    """One stream entry; ``cache`` holds what a reader built from it (its frames), once."""
+
+    __slots__ = ("cache", "data", "id", "kind", "run_id", "type")
+
+    def __init__(self, id: str, kind: str, data: bytes, type: str = "", run_id: str = "") -> None:
+        self.id = id
+        self.kind = kind
+        self.data = data
+        self.type = type
+        self.run_id = run_id
+        self.cache: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    kind: str
+    data: bytes
+    type: str = ""
+    run_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotWrite:
+    """A snapshot to store with an append: state and extensions JSON, reflecting the batch."""
+
+    state: bytes
+    extensions: bytes
+    #: The cursor to record when the append has no entries (else: the last new id).
+    cursor: str = ZERO_ID
+
+
+@dataclass(slots=True)
+class _Batch:
+    items: list[Pending] = field(default_factory=list)
+    release: bool = False
+    snapshot: SnapshotWrite | None = None
+    done: asyncio.Future[list[str]] | None = None
+
+
+def entries_from_reply(reply: Sequence[Any]) -> list[Entry]:
+    out: list[Entry] = []
+    for raw_id, fields in reply:
+        if not isinstance(fields, dict):  # RESP2 flat list
+            fields = dict(zip(fields[::2], fields[1::2], strict=True))
+        out.append(
+            Entry(
+                _s(raw_id),
+                _s(fields.get(b"k", b"e")),
+                bytes(fields.get(b"d", b"")),
+                _s(fields.get(b"t", b"")),
+                _s(fields.get(b"r", b"")),
+            )
+        )
+    return out
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    if isinstance(info, dict):
+        return {_s(k): v for k, v in info.items()}
+    return {_s(info[i]): info[i + 1] for i in range(0, len(info), 2)}
+
+
+class EventLog:
+    """Appends and reads of one Redis client over any conversation's stream."""
+
+    def __init__(self, redis: Redis, max_len: int) -> None:
+        self.redis = redis
+        self.max_len = max_len
+        self._append = redis.register_script(APPEND)
+
+    async def append(
+        self,
+        keys: ConversationKeys,
+        token: str,
+        items: Sequence[Pending],
+        *,
+        release: bool = False,
+        snapshot: SnapshotWrite | None = None,
+    ) -> list[str]:
+        """Append ``items`` atomically under ``token`` ('' = only while no run is active)."""
+        args: list[Any] = [
+            token,
+            self.max_len,
+            "1" if release else "0",
+            snapshot.state if snapshot is not None else b"",
+            snapshot.extensions if snapshot is not None else b"",
+            snapshot.cursor if snapshot is not None else ZERO_ID,
+            len(items),
+        ]
+        for item in items:
+            args.extend((item.kind, item.data, item.type, item.run_id))
+        try:
+            res = await self._append(
+                keys=[keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd], args=args
+            )
+        except ResponseError as exc:
+            if "FENCED" in str(exc):
+                raise Fenced(token) from None
+            raise
+        return [_s(x) for x in res]
+
+    async def read_after(
+        self, keys: ConversationKeys, after: str, count: int = 1000
+    ) -> list[Entry] | None:
+        """Up to ``count`` entries strictly after ``after``; ``None`` when the log no longer
+        holds everything after it (some entries were trimmed), so the caller sends a snapshot."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(keys.log, min="-" if after == ZERO_ID else "(" + after, count=count)
+            pipe.execute_command("XINFO", "STREAM", keys.log)
+            rng, info = await pipe.execute(raise_on_error=False)
+        if isinstance(rng, Exception):
+            raise rng
+        entries = entries_from_reply(rng)
+        if isinstance(info, Exception):
+            if "no such key" in str(info).lower():
+                return entries  # no stream yet: nothing was trimmed
+            raise info
+        fields = _info_dict(info)
+        if int(fields.get("entries-added", 0)) > int(fields.get("length", 0)):
+            # Something was trimmed. A cursor below the first retained id names a trimmed
+            # entry, and what followed it may be gone too: not resumable.
+            first = _s(fields.get("recorded-first-entry-id") or ZERO_ID)
+            if parse_id(after) < parse_id(first):
+                return None
+        return entries
+
+    async def last_id(self, keys: ConversationKeys) -> str:
+        """The newest stream id (``0-0`` for an empty or missing log)."""
+        res = await self.redis.xrevrange(keys.log, count=1)
+        return entries_from_reply(res)[0].id if res else ZERO_ID
+
+
+class FencedWriter:
+    """Coalesces concurrent appends of one owner into one script call per round trip."""
+
+    def __init__(self, log: EventLog, keys: ConversationKeys, token: str) -> None:
+        self._log = log
+        self._keys = keys
+        self.token = token
+        self._queue: _Batch | None = None
+        self._lock = asyncio.Lock()
+        self._flushes: set[asyncio.Future[None]] = set()
+
+    async def append(
+        self,
+        items: Sequence[Pending],
+        *,
+        release: bool = False,
+        snapshot: SnapshotWrite | None = None,
+    ) -> list[str]:
+        """Append (batched with concurrent callers); returns this call's stream ids."""
+        batch = self._queue
+        if batch is None:
+            batch = self._queue = _Batch(done=asyncio.get_running_loop().create_future())
+            task = asyncio.ensure_future(self._flush(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        start = len(batch.items)
+        batch.items.extend(items)
+        batch.release = batch.release or release
+        if snapshot is not None:
+            batch.snapshot = snapshot
+        if snapshot is not None or release:
+            # The snapshot reflects exactly the items so far: later appends start a new batch.
+            self._queue = None
+        done = batch.done
+        assert done is not None
+        ids = await asyncio.shield(done)
+        return ids[start : start + len(items)]
+
+    async def _flush(self, batch: _Batch) -> None:
+        async with self._lock:  # one in flight; the next batch accumulates meanwhile
+            if self._queue is batch:
+                self._queue = None
+            assert batch.done is not None
+            try:
+                ids = await self._log.append(
+                    self._keys,
+                    self.token,
+                    batch.items,
+                    release=batch.release,
+                    snapshot=batch.snapshot,
+                )
+            except Exception as exc:
+                batch.done.set_exception(exc)
+                return
+            batch.done.set_result(ids)

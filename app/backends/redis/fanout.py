@@ -1,0 +1,299 @@
+"""One log reader per conversation per instance, fanning out to local subscribers.
+
+The reader blocks on ``XREAD`` from its own position and keeps a bounded window of recent
+entries in memory; every local subscriber follows that window from its own cursor, so a
+conversation costs one Redis connection per instance, not one per subscriber. A subscriber whose
+cursor is older than the window catches up with ranged reads (``XRANGE``); one whose cursor was
+trimmed from Redis too gets :data:`GAP` (the caller answers with a snapshot, never a silent gap).
+
+The reader survives Redis outages: it retries with backoff and resumes from the last id it saw,
+so nothing appended meanwhile is lost. ``on_tick`` (optional) is called every ``tick_seconds``
+while the reader lives: the backend uses it to notice a lost run owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.backends.redis.eventlog import Entry, EventLog, entries_from_reply, parse_id
+from app.backends.redis.keys import ConversationKeys
+
+log = logging.getLogger(__name__)
+
+
+class _Gap:
+    def __repr__(self) -> str:
+        return "GAP"
+
+
+#: Yielded by :meth:`LogReader.follow` when entries after the cursor are gone from Redis.
+GAP: Final = _Gap()
+
+Tick = Callable[[], Awaitable[None]]
+
+
+class LogReader:
+    def __init__(
+        self,
+        redis: Redis,
+        log_: EventLog,
+        keys: ConversationKeys,
+        *,
+        window: int = 1024,
+        block_ms: int = 1000,
+        on_tick: Tick | None = None,
+        tick_seconds: float = 1.0,
+    ) -> None:
+        self.redis = redis
+        self.log = log_
+        self.keys = keys
+        self.window = window
+        self.block_ms = block_ms
+        self._on_tick = on_tick
+        self._tick_seconds = tick_seconds
+        self._entries: list[Entry] = []
+        self._ids: list[tuple[int, int]] = []
+        self._base: tuple[int, int] = (0, 0)
+        self.last_id = "0-0"
+        self._signal = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tick_task: asyncio.Task[None] | None = None
+        self.healthy = True
+        self.refs = 0
+        #: The conversation's incarnation as last seen (kept by the backend); None: none yet.
+        self.inc: str | None = None
+        self.inc_known = False
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"log-reader-{self.keys.tag}")
+        if self._on_tick is not None:
+            self._tick_task = asyncio.create_task(self._ticks(), name=f"tick-{self.keys.tag}")
+        await self._ready.wait()
+
+    async def stop(self) -> None:
+        for task in (self._task, self._tick_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._tick_task = None
+        self._notify()
+
+    @property
+    def signal(self) -> asyncio.Event:
+        """Set (and replaced) when new entries arrive; capture it before checking the window."""
+        return self._signal
+
+    def wake(self) -> None:
+        """Wake every local waiter (shutdown)."""
+        self._notify()
+
+    def reset(self) -> None:
+        """Forget the window (the conversation was deleted): later cursors read from Redis."""
+        self._entries.clear()
+        self._ids.clear()
+        self._base = parse_id(self.last_id)
+        self._notify()
+
+    def _notify(self) -> None:
+        self._signal.set()
+        self._signal = asyncio.Event()
+
+    def _push(self, batch: list[Entry]) -> None:
+        for entry in batch:
+            self._entries.append(entry)
+            self._ids.append(parse_id(entry.id))
+        self.last_id = batch[-1].id
+        excess = len(self._entries) - self.window
+        if excess > self.window // 2:  # trim in chunks, keep the window
+            self._base = self._ids[excess - 1]
+            del self._entries[:excess]
+            del self._ids[:excess]
+        self._notify()
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                if not self._ready.is_set():
+                    self.last_id = await self.log.last_id(self.keys)
+                    self._base = parse_id(self.last_id)
+                    self._ready.set()
+                reply: Any = await self.redis.xread(
+                    {self.keys.log: self.last_id}, count=500, block=self.block_ms
+                )
+                self.healthy = True
+                backoff = 0.05
+                for _stream, raw in reply or ():
+                    batch = entries_from_reply(raw)
+                    if batch:
+                        self._push(batch)
+            except asyncio.CancelledError:
+                raise
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if self.healthy:
+                    log.warning("log reader %s: %s; retrying", self.keys.tag, exc)
+                self.healthy = False
+                if not self._ready.is_set():
+                    self._ready.set()  # start anyway: subscribers will catch up from Redis
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except Exception:
+                log.exception("log reader %s failed; retrying", self.keys.tag)
+                if not self._ready.is_set():
+                    self._ready.set()
+                await asyncio.sleep(0.5)
+
+    async def _ticks(self) -> None:
+        assert self._on_tick is not None
+        while True:
+            await asyncio.sleep(self._tick_seconds)
+            try:
+                await self._on_tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("reader tick %s: %s", self.keys.tag, exc)
+
+    def window_after(self, cursor: tuple[int, int]) -> list[Entry] | None:
+        """Entries after ``cursor`` from the window, or None when the window does not cover it."""
+        if cursor < self._base:
+            return None
+        i = bisect.bisect_right(self._ids, cursor)
+        return self._entries[i:]
+
+    async def follow(self, after: str) -> AsyncIterator[list[Entry] | _Gap]:
+        """Batches of entries strictly after ``after``, in order, forever (until cancelled).
+
+        Yields :data:`GAP` and stops when the entries after ``after`` were trimmed.
+        """
+        cursor = after
+        while True:
+            signal = self._signal
+            batch = self.window_after(parse_id(cursor))
+            if batch is None:
+                got = await self.log.read_after(self.keys, cursor, count=500)
+                if got is None:
+                    yield GAP
+                    return
+                if got:
+                    cursor = got[-1].id
+                    yield got
+                    continue
+                batch = []  # the reader is behind this cursor: wait for it
+            if batch:
+                cursor = batch[-1].id
+                yield batch
+                continue
+            await signal.wait()
+
+
+class ReaderHub:
+    """The readers of one instance, created on first subscriber and stopped after the last."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        log_: EventLog,
+        *,
+        window: int = 1024,
+        linger_seconds: float = 5.0,
+        tick: Callable[[ConversationKeys], Awaitable[None]] | None = None,
+        tick_seconds: float = 1.0,
+    ) -> None:
+        self.redis = redis
+        self.log = log_
+        self.window = window
+        self.linger = linger_seconds
+        self._tick = tick
+        self._tick_seconds = tick_seconds
+        self._readers: dict[str, LogReader] = {}
+        self._stoppers: dict[str, asyncio.TimerHandle] = {}
+        self._lock = asyncio.Lock()
+        self._bg: set[asyncio.Future[None]] = set()
+
+    @property
+    def readers(self) -> dict[str, LogReader]:
+        return self._readers
+
+    async def acquire(self, keys: ConversationKeys) -> LogReader:
+        async with self._lock:
+            handle = self._stoppers.pop(keys.tag, None)
+            if handle is not None:
+                handle.cancel()
+            reader = self._readers.get(keys.tag)
+            if reader is None:
+                tick = self._tick
+                reader = LogReader(
+                    self.redis,
+                    self.log,
+                    keys,
+                    window=self.window,
+                    on_tick=(lambda: tick(keys)) if tick is not None else None,
+                    tick_seconds=self._tick_seconds,
+                )
+                await reader.start()
+                self._readers[keys.tag] = reader
+            reader.refs += 1
+            return reader
+
+    def release(self, reader: LogReader) -> None:
+        reader.refs -= 1
+        if reader.refs <= 0:
+            loop = asyncio.get_running_loop()
+            self._stoppers[reader.keys.tag] = loop.call_later(
+                self.linger, self._schedule_stop, reader
+            )
+
+    def _schedule_stop(self, reader: LogReader) -> None:
+        task = asyncio.ensure_future(self._stop_idle(reader))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _stop_idle(self, reader: LogReader) -> None:
+        async with self._lock:
+            self._stoppers.pop(reader.keys.tag, None)
+            if reader.refs <= 0 and self._readers.get(reader.keys.tag) is reader:
+                del self._readers[reader.keys.tag]
+                await reader.stop()
+
+    async def drop(self, keys: ConversationKeys) -> None:
+        """Stop the conversation's reader now (conversation deleted)."""
+        async with self._lock:
+            handle = self._stoppers.pop(keys.tag, None)
+            if handle is not None:
+                handle.cancel()
+            reader = self._readers.pop(keys.tag, None)
+        if reader is not None:
+            await reader.stop()
+
+    async def close(self) -> None:
+        async with self._lock:
+            for handle in self._stoppers.values():
+                handle.cancel()
+            self._stoppers.clear()
+            readers = list(self._readers.values())
+            self._readers.clear()
+        for reader in readers:
+            await reader.stop()
+
+    async def subscribe(
+        self, keys: ConversationKeys, after: str
+    ) -> AsyncIterator[list[Entry] | _Gap]:
+        """``follow`` with the reader's lifetime tied to the iteration."""
+        reader = await self.acquire(keys)
+        try:
+            async for item in reader.follow(after):
+                yield item
+        finally:
+            self.release(reader)

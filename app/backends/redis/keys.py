@@ -1,0 +1,117 @@
+"""Redis key layout: one hash tag per conversation, derived from a hash of (principal, key).
+
+The raw ``principal:key`` never appears in a key name: two different pairs could spell it alike
+(``a:b`` + ``c`` vs ``a`` + ``b:c``), and a key name would leak the principal. The tag is the
+first 128 bits of SHA-256 over the length-prefixed pair, so it is unambiguous, and the braces make
+every key of one conversation hash to the same Redis Cluster slot (multi-key Lua scripts work on a
+cluster, and the cluster shards by conversation).
+
+Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
+
+    P:{T}:meta    hash     incarnation ("inc") + ConversationMeta JSON ("meta"): exists = created
+    P:{T}:log     stream   the event log: one entry per AgentEvent or extension value, fields
+                           k (kind), d (JSON, serialized once), t (event type), r (run id)
+    P:{T}:snap    hash     snapshot: reduced state, extensions, the stream id they reflect
+    P:{T}:run     string   the active run's owner record "token|instance|runId" (no TTL)
+    P:{T}:lease   string   the owner's liveness lease, same value, SET PX lease_ttl, renewed
+    P:{T}:fence   counter  INCR'd on every ownership change: the fencing token's number
+    P:{T}:abort   string   abort flag "runId|reason" the owner polls (pub/sub may drop)
+    P:{T}:cmd     list     commands for the owner (RPUSH here, LPOP there)
+    P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
+
+Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
+whose hash is ``H``) and ``P:idem:{H}`` (idempotency records, by hash of their scope).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "agw"
+TAG_HEX_CHARS = 32
+
+
+def conversation_tag(principal: str | None, key: str) -> str:
+    """Hex tag for (principal, key): SHA-256 of the length-prefixed UTF-8 pair, 128 bits."""
+    digest = hashlib.sha256()
+    for part in (principal or "", key):
+        raw = part.encode("utf-8")
+        digest.update(len(raw).to_bytes(4, "big"))
+        digest.update(raw)
+    return digest.hexdigest()[:TAG_HEX_CHARS]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKeys:
+    """Every Redis key of one conversation; all share the ``{tag}`` hash tag."""
+
+    prefix: str
+    tag: str
+
+    @classmethod
+    def for_conversation(
+        cls, principal: str | None, key: str, prefix: str = DEFAULT_PREFIX
+    ) -> ConversationKeys:
+        return cls(prefix=prefix, tag=conversation_tag(principal, key))
+
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.tag}}}:{name}"
+
+    @property
+    def meta(self) -> str:
+        return self._k("meta")
+
+    @property
+    def log(self) -> str:
+        return self._k("log")
+
+    @property
+    def snap(self) -> str:
+        return self._k("snap")
+
+    @property
+    def run(self) -> str:
+        return self._k("run")
+
+    @property
+    def lease(self) -> str:
+        return self._k("lease")
+
+    @property
+    def fence(self) -> str:
+        return self._k("fence")
+
+    @property
+    def abort(self) -> str:
+        return self._k("abort")
+
+    @property
+    def cmd(self) -> str:
+        return self._k("cmd")
+
+    @property
+    def ctl(self) -> str:
+        return self._k("ctl")
+
+    def all_keys(self) -> tuple[str, ...]:
+        """Every data key (not the channel): what a DELETE removes."""
+        return (
+            self.meta,
+            self.log,
+            self.snap,
+            self.run,
+            self.lease,
+            self.fence,
+            self.abort,
+            self.cmd,
+        )
+
+
+def principal_index_key(principal: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The hash listing a principal's conversation keys (its own slot)."""
+    return f"{prefix}:idx:{{{conversation_tag(principal, '')}}}"
+
+
+def idempotency_key(scope: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}:idem:{{{hashlib.sha256(scope.encode('utf-8')).hexdigest()[:32]}}}"

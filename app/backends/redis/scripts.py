@@ -1,0 +1,123 @@
+"""Lua scripts: every ownership change and every owner write is one atomic step in Redis.
+
+The run record ``P:{T}:run`` (no TTL) says which fencing token owns the active run; the lease
+``P:{T}:lease`` (TTL) says the owner is alive. A write is accepted only when ``run`` still holds
+the writer's token, so an owner that lost the run (another instance took over after its lease
+expired) cannot append anything after the fence, even if it is still alive.
+
+Token format: ``"<fence number>|<instance id>|<run id>"``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: KEYS: run, lease, fence.  ARGV: instance, run_id, ttl_ms.
+#: -> {"ok", token} | {"busy", holder} | {"lost", holder (its lease expired)}
+CLAIM: Final = """
+local holder = redis.call('GET', KEYS[1])
+if holder then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', holder} end
+  return {'lost', holder}
+end
+local n = redis.call('INCR', KEYS[3])
+local token = n .. '|' .. ARGV[1] .. '|' .. ARGV[2]
+redis.call('SET', KEYS[1], token)
+redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+return {'ok', token}
+"""
+
+#: KEYS: run, lease.  ARGV: token, ttl_ms.  -> 1 renewed | 0 fenced
+RENEW: Final = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+#: KEYS: run, lease, fence.  ARGV: instance, expected holder, ttl_ms, run_id.
+#: Take a run over from an owner whose lease expired. -> new token | false
+TAKEOVER: Final = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return false end
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return false end
+local n = redis.call('INCR', KEYS[3])
+local token = n .. '|' .. ARGV[1] .. '|' .. ARGV[4]
+redis.call('SET', KEYS[1], token)
+redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+return token
+"""
+
+#: KEYS: run, log, lease, snap, abort, cmd.
+#: ARGV: token ('' = only when no run is active), maxlen, release (0/1),
+#:       snapshot state ('' = no snapshot), snapshot extensions, snapshot cursor when n = 0,
+#:       n, then n x (kind, data, event type, run id).
+#: Appends the entries, then stores the snapshot (its cursor = the last new id), then releases
+#: the run when asked; all or nothing. -> the new stream ids. Error "FENCED" when the token no
+#: longer owns the run.
+APPEND: Final = """
+local holder = redis.call('GET', KEYS[1])
+if ARGV[1] ~= '' then
+  if holder ~= ARGV[1] then return redis.error_reply('FENCED') end
+elseif holder then
+  return redis.error_reply('FENCED')
+end
+local n = tonumber(ARGV[7])
+local ids = {}
+for i = 1, n do
+  local at = 4 + 4 * i
+  ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*',
+                      'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3])
+end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[4], 'state', ARGV[4], 'ext', ARGV[5], 'cursor', ids[n] or ARGV[6])
+end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[5], KEYS[6])
+end
+return ids
+"""
+
+#: KEYS: run, lease.  ARGV: token.  Give the run up without writing. -> 1 | 0
+RELEASE: Final = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+#: KEYS: run, abort, lease.  ARGV: run_id ('' = the active run), reason, flag ttl_ms, channel.
+#: Set the abort flag the owner polls AND publish a wake-up (pub/sub may drop).
+#: -> the aborted run id | false (nothing running, or another run is active)
+ABORT: Final = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then return false end
+local run_id = string.match(holder, '^[^|]*|[^|]*|(.*)$')
+if ARGV[1] ~= '' and ARGV[1] ~= run_id then return false end
+redis.call('SET', KEYS[2], run_id .. '|' .. ARGV[2], 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[4], 'abort')
+return run_id
+"""
+
+#: KEYS: run, cmd.  ARGV: run_id, command JSON, channel.
+#: Queue a command for the owner of ``run_id`` and wake it. -> 1 | 0 (run not active)
+COMMAND: Final = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then return 0 end
+local run_id = string.match(holder, '^[^|]*|[^|]*|(.*)$')
+if run_id ~= ARGV[1] then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('PUBLISH', ARGV[3], 'cmd')
+return 1
+"""
+
+#: KEYS: meta.  ARGV: incarnation, meta JSON.  Create the conversation unless it exists. -> 1 | 0
+CREATE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
+return 1
+"""
+
+#: KEYS: meta.  ARGV: meta JSON.  Update the meta of an existing conversation. -> 1 | 0
+SAVE_META: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'meta', ARGV[1])
+return 1
+"""

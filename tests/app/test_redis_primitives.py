@@ -1,0 +1,290 @@
+"""The Redis building blocks against a real Redis: keys, ownership + fencing, the stream log,
+abort/commands, and the per-instance log reader fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from app.backends.redis.control import Control, ControlBus, OwnerInbox
+from app.backends.redis.eventlog import (
+    KIND_EVENT,
+    EventLog,
+    Fenced,
+    FencedWriter,
+    Pending,
+    SnapshotWrite,
+    parse_id,
+)
+from app.backends.redis.fanout import GAP, ReaderHub
+from app.backends.redis.keys import ConversationKeys, conversation_tag
+from app.backends.redis.ownership import Ownership
+from tests.app.redis_support import shared_redis, unique_prefix
+
+
+@pytest.fixture
+async def prefix() -> str:
+    return unique_prefix()
+
+
+@pytest.fixture
+async def redis(prefix: str) -> AsyncIterator[Redis]:
+    async with shared_redis(prefix) as client:
+        yield client
+
+
+def ev(n: int) -> Pending:
+    return Pending(KIND_EVENT, orjson.dumps({"n": n}))
+
+
+def keys_for(prefix: str, key: str = "c1", principal: str | None = "alice") -> ConversationKeys:
+    return ConversationKeys.for_conversation(principal, key, prefix=prefix)
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+def test_tag_is_a_hash_of_the_pair_never_the_raw_key() -> None:
+    assert conversation_tag("a:b", "c") != conversation_tag("a", "b:c")
+    assert conversation_tag(None, "k") == conversation_tag("", "k")
+    assert conversation_tag("alice", "k") != conversation_tag("bob", "k")
+    keys = ConversationKeys.for_conversation("alice", "secret-key", prefix="agw")
+    names = [*keys.all_keys(), keys.ctl]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert "alice" not in name and "secret-key" not in name
+        assert name.startswith(f"agw:{{{keys.tag}}}:")  # one hash tag: one cluster slot
+    assert len(keys.tag) == 32 and int(keys.tag, 16) >= 0
+
+
+# --- ownership and fencing ------------------------------------------------------------------
+
+
+async def test_concurrent_claims_have_exactly_one_winner(redis: Redis, prefix: str) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    keys = keys_for(prefix)
+    claims = await asyncio.gather(*(own.claim(keys, f"run_{i}") for i in range(50)))
+    winners = [c for c in claims if c.status == "ok"]
+    assert len(winners) == 1
+    losers = [c for c in claims if c.status != "ok"]
+    assert all(c.status == "busy" and c.token == winners[0].token for c in losers)
+    holder, alive = await own.holder(keys)
+    assert holder == winners[0].token and alive
+
+
+async def test_a_fenced_owner_cannot_append_after_takeover(redis: Redis, prefix: str) -> None:
+    a = Ownership(redis, "inst-a", lease_ttl_ms=150)
+    b = Ownership(redis, "inst-b", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=1000)
+    keys = keys_for(prefix)
+    claim = await a.claim(keys, "run_1")
+    assert claim.status == "ok" and claim.token.number == 1
+    await log.append(keys, claim.token.raw, [ev(0), ev(1)])
+    # While A's lease lives, nobody can take over.
+    assert await b.takeover(keys, claim.token) is None
+    await asyncio.sleep(0.3)  # A stops renewing (killed): its lease expires
+    assert (await b.claim(keys, "run_2")).status == "lost"
+    new = await b.takeover(keys, claim.token)
+    assert new is not None and new.number == 2 and new.instance == "inst-b"
+    assert new.run_id == "run_1"
+    with pytest.raises(Fenced):
+        await log.append(keys, claim.token.raw, [ev(99)])
+    assert not await a.renew(keys, claim.token)
+    assert not await a.release(keys, claim.token)
+    await log.append(
+        keys, new.raw, [ev(2)], release=True, snapshot=SnapshotWrite(b'{"s":1}', b"{}")
+    )
+    entries = await log.read_after(keys, "0-0")
+    assert entries is not None
+    assert [orjson.loads(e.data)["n"] for e in entries] == [0, 1, 2]  # nothing from A after
+    holder, _ = await b.holder(keys)
+    assert holder is None
+    snap = await redis.hgetall(keys.snap)
+    assert snap[b"state"] == b'{"s":1}' and snap[b"cursor"].decode() == entries[-1].id
+    # A new run can be claimed now; the fence keeps counting up.
+    again = await a.claim(keys, "run_3")
+    assert again.status == "ok" and again.token.number == 3
+
+
+async def test_renewal_keeps_an_alive_owner(redis: Redis, prefix: str) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=200)
+    keys = keys_for(prefix)
+    claim = await own.claim(keys, "run_1")
+    for _ in range(5):
+        await asyncio.sleep(0.1)
+        assert await own.renew(keys, claim.token)
+    assert (await own.holder(keys))[1]
+    # A lease that lapsed while nobody took over is renewed by its still-valid token.
+    await asyncio.sleep(0.3)
+    assert not (await own.holder(keys))[1]
+    assert await own.renew(keys, claim.token)
+    assert await own.release(keys, claim.token)
+
+
+async def test_writer_coalesces_concurrent_appends_in_order(redis: Redis, prefix: str) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    claim = await own.claim(keys, "run_1")
+    writer = FencedWriter(log, keys, claim.token.raw)
+    before = await _evalsha_calls(redis)
+    ids = await asyncio.gather(*(writer.append([ev(i)]) for i in range(200)))
+    calls = await _evalsha_calls(redis) - before
+    flat = [i[0] for i in ids]
+    assert [parse_id(x) for x in flat] == sorted(parse_id(x) for x in flat)
+    entries = await log.read_after(keys, "0-0")
+    assert entries is not None
+    assert [orjson.loads(e.data)["n"] for e in entries] == list(range(200))
+    assert calls < 20, f"200 concurrent appends took {calls} round trips"
+
+
+async def _evalsha_calls(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0)) + int(
+        stats.get("cmdstat_eval", {}).get("calls", 0)
+    )
+
+
+async def test_read_after_reports_trimmed_cursors(redis: Redis, prefix: str) -> None:
+    log = EventLog(redis, max_len=10)
+    keys = keys_for(prefix)
+    assert await log.read_after(keys, "0-0") == []  # no stream at all
+    ids: list[str] = []
+    for i in range(300):
+        ids += await log.append(keys, "", [ev(i)])
+    assert await log.read_after(keys, ids[0]) is None
+    assert await log.read_after(keys, "0-0") is None
+    tail = await log.read_after(keys, ids[-4])
+    assert tail is not None and [e.id for e in tail] == ids[-3:]
+    assert await log.last_id(keys) == ids[-1]
+
+
+async def test_conversation_level_append_refused_while_a_run_is_active(
+    redis: Redis, prefix: str
+) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=100)
+    keys = keys_for(prefix)
+    await own.claim(keys, "run_1")
+    with pytest.raises(Fenced):
+        await log.append(keys, "", [ev(0)])
+
+
+# --- abort and commands ---------------------------------------------------------------------
+
+
+async def test_abort_and_commands_reach_the_owner(redis: Redis, prefix: str) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    control = Control(redis)
+    keys = keys_for(prefix)
+    assert await control.abort(keys, None, "aborted") is None  # nothing running
+    await own.claim(keys, "run_1")
+    assert not await control.command(keys, "run_other", b"{}")
+    bus = ControlBus(redis)
+    await bus.start()
+    aborted = asyncio.get_running_loop().create_future()
+    commands: list[bytes] = []
+
+    async def on_command(raw: bytes) -> None:
+        commands.append(raw)
+
+    inbox = OwnerInbox(
+        redis, bus, keys, "run_1", on_abort=aborted.set_result, on_command=on_command,
+        poll_interval=5.0,
+    )  # fmt: skip
+    inbox.start()
+    try:
+        await asyncio.sleep(0.3)  # subscribed
+        for i in range(3):
+            assert await control.command(keys, "run_1", orjson.dumps({"i": i}))
+        t0 = time.monotonic()
+        assert await control.abort(keys, "run_other", "aborted") is None
+        assert await control.abort(keys, None, "aborted") == "run_1"
+        # Pub/sub wake-up: far sooner than the 5 s poll interval.
+        assert await asyncio.wait_for(aborted, 2.0) == "aborted"
+        assert time.monotonic() - t0 < 1.0
+        await asyncio.sleep(0.1)
+        assert [orjson.loads(c)["i"] for c in commands] == [0, 1, 2]
+    finally:
+        await inbox.stop()
+        await bus.stop()
+
+
+async def test_abort_without_pubsub_is_found_by_polling(redis: Redis, prefix: str) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    control = Control(redis)
+    keys = keys_for(prefix)
+    await own.claim(keys, "run_1")
+    aborted = asyncio.get_running_loop().create_future()
+
+    async def on_command(raw: bytes) -> None:
+        raise AssertionError("no command expected")
+
+    inbox = OwnerInbox(
+        redis, None, keys, "run_1", on_abort=aborted.set_result, on_command=on_command,
+        poll_interval=0.1,
+    )  # fmt: skip
+    inbox.start()
+    try:
+        assert await control.abort(keys, "run_1", "interrupted") == "run_1"
+        assert await asyncio.wait_for(aborted, 1.0) == "interrupted"
+    finally:
+        await inbox.stop()
+
+
+# --- fan-out --------------------------------------------------------------------------------
+
+
+async def _collect(it: AsyncIterator[object], n: int) -> list[object]:
+    out: list[object] = []
+    async for batch in it:
+        if batch is GAP:
+            out.append(GAP)
+            return out
+        out.extend(batch)  # type: ignore[arg-type]
+        if len(out) >= n:
+            return out
+    return out
+
+
+async def test_one_reader_fans_out_to_many_subscribers(redis: Redis, prefix: str) -> None:
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    early = await log.append(keys, "", [ev(i) for i in range(5)])
+    hub = ReaderHub(redis, log, linger_seconds=0.1)
+    try:
+        subs = [
+            asyncio.create_task(_collect(hub.subscribe(keys, after), n))
+            for after, n in (("0-0", 25), (early[2], 22), (early[-1], 20), (early[-1], 20))
+        ]
+        await asyncio.sleep(0.2)
+        assert len(hub.readers) == 1  # one reader for four subscribers
+        for i in range(5, 25):
+            await log.append(keys, "", [ev(i)])
+        results = await asyncio.wait_for(asyncio.gather(*subs), 5.0)
+        expected = list(range(25))
+        for got, skip in zip(results, (0, 3, 5, 5), strict=True):
+            assert [orjson.loads(e.data)["n"] for e in got] == expected[skip:]  # type: ignore[attr-defined]
+        await asyncio.sleep(0.3)
+        assert hub.readers == {}  # stopped after the last subscriber left
+    finally:
+        await hub.close()
+
+
+async def test_a_trimmed_cursor_yields_a_gap(redis: Redis, prefix: str) -> None:
+    log = EventLog(redis, max_len=10)
+    keys = keys_for(prefix)
+    first = await log.append(keys, "", [ev(0)])
+    for i in range(1, 300):
+        await log.append(keys, "", [ev(i)])
+    hub = ReaderHub(redis, log, linger_seconds=0.1)
+    try:
+        got = await asyncio.wait_for(_collect(hub.subscribe(keys, first[0]), 1000), 5.0)
+        assert got == [GAP]
+    finally:
+        await hub.close()
