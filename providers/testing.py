@@ -7,7 +7,8 @@ hold), feeds ``commands`` when the run waits on the app, asserts the contract va
 no issue and returns the emitted events.
 
 - ``turns=[[...], [...]]`` instead of ``chunks``: one chunk list per upstream request
-  (continuations open the transport again).
+  (continuations open the transport again). With neither, the provider's own transport is
+  used (in-process runtimes such as ``local-demo``).
 - A command is a :class:`Command`, a ``(type, payload)`` pair, or a callable
   ``f(events) -> Command | tuple`` resolved when the runner takes it (so it can pick ids from
   the events emitted so far).
@@ -108,15 +109,15 @@ async def assert_provider_contract(
     expect_terminal: str | None = None,
 ) -> list[AgentEvent]:
     """Run ``provider`` over ``chunks`` (or ``turns``) and assert zero validator issues."""
-    if turns is None:
-        turns = [list(chunks)]
-    remaining = [list(turn) for turn in turns]
+    subject = provider
+    if turns is not None or chunks:
+        remaining = [list(turn) for turn in (turns if turns is not None else [chunks])]
 
-    def source(_request: Any, _signal: AbortSignal) -> list[Any]:
-        return remaining.pop(0) if remaining else []
+        def source(_request: Any, _signal: AbortSignal) -> list[Any]:
+            return remaining.pop(0) if remaining else []
 
-    subject = copy.copy(provider)
-    subject.transport = IterableTransport(source, kind=provider.transport.kind)
+        subject = copy.copy(provider)
+        subject.transport = IterableTransport(source, kind=provider.transport.kind)
     events = await run_collect(
         subject,
         input if input is not None else {"prompt": "hello"},

@@ -76,6 +76,7 @@ class WebSocketChannel:
                         stopper.check()
                         raise UpstreamIdleTimeout() from None
                     except ConnectionClosedOK:
+                        self.closed = True
                         stopper.check()
                         return
                     except ConnectionClosed as exc:

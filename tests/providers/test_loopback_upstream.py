@@ -1,0 +1,202 @@
+"""Abort reaches a REAL loopback upstream (SSE and WebSocket), upstream faults end cleanly, and
+the native agent-event provider continues a run after a command."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from providers.agent_event import AgentEventProvider
+from providers.contract import Command, RunOptions
+from providers.testing import make_options, run_collect
+from providers.transports import SSETransport, WebSocketTransport
+from providers.validator import validate_agent_provider_events
+from tests.providers.loopback import Loopback, serve_loopback
+
+ABORT_BOUND_SECONDS = 2.0  # generous: the machine is shared; real figures in bench/
+
+
+def sse_provider(url: str, **kw: Any) -> AgentEventProvider:
+    return AgentEventProvider("native", url, SSETransport(**kw), headers={"x-key": "secret-k"})
+
+
+def ws_provider(url: str, **kw: Any) -> AgentEventProvider:
+    return AgentEventProvider("native", url, WebSocketTransport(**kw))
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def assert_clean(provider: AgentEventProvider, events: list[dict[str, Any]]) -> None:
+    assert validate_agent_provider_events(provider.capabilities, events) == []
+
+
+async def _abort_case(
+    loopback: Loopback,
+    provider: AgentEventProvider,
+    *,
+    wait_for_deltas: int,
+) -> tuple[list[dict[str, Any]], float]:
+    options = make_options(now=None)
+    events: list[dict[str, Any]] = []
+    deltas = asyncio.Event()
+
+    async def run() -> None:
+        def watch(evs: list[dict[str, Any]]) -> bool:
+            events[:] = evs
+            if sum(e["type"] == "message.delta" for e in evs) >= wait_for_deltas:
+                deltas.set()
+            return False
+
+        events[:] = await run_collect(provider, {"prompt": "go"}, options=options, abort_when=watch)
+
+    task = asyncio.create_task(run())
+    if wait_for_deltas:
+        await asyncio.wait_for(deltas.wait(), 10)
+    else:
+        await asyncio.wait_for(loopback.connected.wait(), 10)
+        await asyncio.sleep(0.05)
+    aborted_at = time.monotonic()
+    options.signal.abort()
+    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(loopback.disconnected.wait(), 5)
+    return events, loopback.disconnects[0] - aborted_at
+
+
+@pytest.mark.parametrize("mid_stream", [True, False], ids=["mid-stream", "before-first-chunk"])
+async def test_sse_abort_closes_upstream(mid_stream: bool) -> None:
+    async with serve_loopback() as loopback:
+        query = "delay=0.05" if mid_stream else "first_delay=30"
+        provider = sse_provider(f"http://{loopback.url}/sse/slow?{query}")
+        events, delay = await _abort_case(
+            loopback, provider, wait_for_deltas=3 if mid_stream else 0
+        )
+    assert delay < ABORT_BOUND_SECONDS
+    assert events[-1]["type"] == "run.cancelled"
+    if mid_stream:
+        assert types(events)[-2] == "message.cancelled"
+    assert_clean(provider, events)
+
+
+@pytest.mark.parametrize("mid_stream", [True, False], ids=["mid-stream", "before-first-chunk"])
+async def test_websocket_abort_closes_upstream_with_1000(mid_stream: bool) -> None:
+    async with serve_loopback() as loopback:
+        query = "delay=0.05" if mid_stream else "first_delay=30"
+        provider = ws_provider(f"ws://{loopback.url}/ws/slow?{query}")
+        events, delay = await _abort_case(
+            loopback, provider, wait_for_deltas=3 if mid_stream else 0
+        )
+        assert loopback.close_codes == [1000]
+    assert delay < ABORT_BOUND_SECONDS
+    assert events[-1]["type"] == "run.cancelled"
+    if mid_stream:
+        assert types(events)[-2] == "message.cancelled"
+    assert_clean(provider, events)
+
+
+@pytest.mark.parametrize(("status", "retryable"), [(401, False), (429, True), (500, True)])
+async def test_http_status_before_stream(status: int, retryable: bool) -> None:
+    async with serve_loopback() as loopback:
+        provider = sse_provider(f"http://{loopback.url}/sse/status?code={status}")
+        events = await run_collect(provider, {"prompt": "go"})
+    error = events[-1]["payload"]["error"]
+    assert events[-1]["type"] == "run.failed"
+    assert error["code"] == "upstream_http_error"
+    assert error["details"]["status"] == status
+    assert error["retryable"] is retryable
+    assert f"status {status}" in error["details"]["body"]
+    assert "secret-k" not in str(events)
+    assert_clean(provider, events)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code"),
+    [
+        ("malformed", "upstream_malformed_chunk"),
+        ("drop", "upstream_dropped"),
+        ("invalid", "upstream_protocol_error"),
+        ("no-terminal", "upstream_dropped"),
+    ],
+)
+async def test_stream_faults_fail_cleanly(scenario: str, code: str) -> None:
+    async with serve_loopback() as loopback:
+        provider = sse_provider(f"http://{loopback.url}/sse/{scenario}")
+        events = await run_collect(provider, {"prompt": "go"})
+    assert events[-1]["type"] == "run.failed"
+    assert events[-1]["payload"]["error"]["code"] == code
+    assert types(events)[-2] == "message.failed"  # the open message closed first
+    assert_clean(provider, events)
+
+
+async def test_idle_stall_fails_with_idle_timeout() -> None:
+    async with serve_loopback() as loopback:
+        provider = sse_provider(f"http://{loopback.url}/sse/stall", idle_timeout_seconds=0.3)
+        started = time.monotonic()
+        events = await run_collect(provider, {"prompt": "go"})
+        elapsed = time.monotonic() - started
+    assert events[-1]["payload"]["error"]["code"] == "upstream_idle_timeout"
+    assert types(events)[-2] == "message.failed"
+    assert elapsed < 5
+    assert_clean(provider, events)
+
+
+async def test_websocket_invalid_event_fails_with_protocol_error() -> None:
+    async with serve_loopback() as loopback:
+        provider = ws_provider(f"ws://{loopback.url}/ws/invalid")
+        events = await run_collect(provider, {"prompt": "go"})
+    assert events[-1]["payload"]["error"]["code"] == "upstream_protocol_error"
+    assert_clean(provider, events)
+
+
+async def test_connect_refused() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    provider = sse_provider(f"http://127.0.0.1:{port}/sse/slow")
+    events = await run_collect(provider, {"prompt": "go"})
+    assert events[-1]["payload"]["error"]["code"] == "upstream_connect_error"
+    assert_clean(provider, events)
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_native_approval_continues_same_run(transport: str) -> None:
+    async with serve_loopback() as loopback:
+        if transport == "sse":
+            provider = sse_provider(f"http://{loopback.url}/sse/approval")
+        else:
+            provider = ws_provider(f"ws://{loopback.url}/ws/approval")
+        options: RunOptions = make_options(start_session=True)
+        events = await run_collect(
+            provider,
+            {"prompt": "deploy?"},
+            options=options,
+            commands=[Command("approval.resolve", {"approvalId": "a1", "decision": "approved"})],
+        )
+        requests = list(loopback.requests)
+    assert_clean(provider, events)
+    assert events[-1]["type"] == "run.completed"
+    assert events[-1]["payload"] == {"output": "approved"}
+    resolved = next(e for e in events if e["type"] == "approval.resolved")
+    assert resolved["payload"] == {"approvalId": "a1", "decision": "approved"}
+    first = requests[0]
+    assert first["sessionId"] == "ses_test" and first["runId"] == "run_test"
+    assert first["history"][0]["role"] == "user"
+    if transport == "sse":
+        assert requests[1]["commands"] == [
+            {"type": "approval.resolve", "payload": {"approvalId": "a1", "decision": "approved"}}
+        ]
+    else:
+        assert requests[1] == {
+            "command": {
+                "type": "approval.resolve",
+                "payload": {"approvalId": "a1", "decision": "approved"},
+            }
+        }
+    started = next(e for e in events if e["type"] == "approval.requested")
+    assert started["sessionId"] == "ses_test"
+    assert started["meta"]["upstream"]["runId"] == "up-run"
