@@ -1,0 +1,143 @@
+"""Decode one Chat Completions SSE chunk into plain, normalised pieces (no events yet).
+
+Handles the compatible servers' variants: ``reasoning_content`` / ``reasoning`` (one of them,
+never both: vLLM may send the same text twice), Mistral's array ``content`` with ``thinking``
+parts, ``refusal``, tool-call deltas, a missing ``finish_reason`` key, ``choices: []`` chunks
+(usage, or Azure's prompt-filter chunk) and ``data: {"error": …}`` mid-stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from providers.errors import UpstreamError, UpstreamMalformedChunk
+from providers.openai_chat.usage import find_openai_usage
+
+__all__ = ["ChatChunk", "ChoiceDelta", "Segment", "ToolCallDelta", "decode_chunk"]
+
+SegmentKind = Literal["reasoning", "content", "refusal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    kind: SegmentKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(slots=True)
+class ChoiceDelta:
+    index: int
+    segments: list[Segment] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class ChatChunk:
+    done: bool = False
+    id: str | None = None
+    model: str | None = None
+    choices: list[ChoiceDelta] = field(default_factory=list)
+    usage: Mapping[str, Any] | None = None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _content_segments(content: Any) -> list[Segment]:
+    if isinstance(content, str):
+        return [Segment("content", content)] if content else []
+    segments: list[Segment] = []
+    if isinstance(content, list):  # Mistral: [{"type":"thinking","thinking":[…]}, {"type":"text"}]
+        for part in content:
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "thinking":
+                inner = part.get("thinking")
+                pieces = inner if isinstance(inner, list) else [{"text": inner}]
+                text = "".join(_text(p.get("text")) for p in pieces if isinstance(p, Mapping))
+                if text:
+                    segments.append(Segment("reasoning", text))
+            elif part.get("type") == "text" and _text(part.get("text")):
+                segments.append(Segment("content", part["text"]))
+    return segments
+
+
+def _tool_call(raw: Mapping[str, Any], position: int) -> ToolCallDelta:
+    function = raw.get("function") if isinstance(raw.get("function"), Mapping) else {}
+    assert isinstance(function, Mapping)
+    index = raw.get("index")
+    return ToolCallDelta(
+        index=index if isinstance(index, int) and not isinstance(index, bool) else position,
+        id=raw.get("id") or None,
+        name=function.get("name") or None,
+        arguments=_text(function.get("arguments")),
+    )
+
+
+def _choice(raw: Mapping[str, Any], position: int) -> ChoiceDelta:
+    index = raw.get("index")
+    choice = ChoiceDelta(
+        index if isinstance(index, int) and not isinstance(index, bool) else position
+    )
+    delta = raw.get("delta") if isinstance(raw.get("delta"), Mapping) else {}
+    assert isinstance(delta, Mapping)
+    reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
+    if reasoning:
+        choice.segments.append(Segment("reasoning", reasoning))
+    choice.segments.extend(_content_segments(delta.get("content")))
+    if _text(delta.get("refusal")):
+        choice.segments.append(Segment("refusal", delta["refusal"]))
+    calls = delta.get("tool_calls")
+    if isinstance(calls, list):
+        choice.tool_calls = [
+            _tool_call(call, position)
+            for position, call in enumerate(calls)
+            if isinstance(call, Mapping)
+        ]
+    finish = raw.get("finish_reason")
+    choice.finish_reason = finish if isinstance(finish, str) and finish else None
+    return choice
+
+
+def _raise_error(error: Any) -> None:
+    if isinstance(error, Mapping):
+        message = _text(error.get("message")) or "The upstream reported an error."
+        details = {k: error[k] for k in ("type", "code", "param") if error.get(k) is not None}
+        raise UpstreamError(message, details=details or None)
+    raise UpstreamError(_text(error) or "The upstream reported an error.")
+
+
+def decode_chunk(data: str) -> ChatChunk:
+    """Decode one SSE ``data`` payload; ``[DONE]`` gives ``ChatChunk(done=True)``."""
+    if data.strip() == "[DONE]":
+        return ChatChunk(done=True)
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamMalformedChunk("The upstream sent a chunk that is not JSON.") from None
+    if not isinstance(payload, Mapping):
+        raise UpstreamMalformedChunk("The upstream sent a chunk that is not a JSON object.")
+    if payload.get("error"):
+        _raise_error(payload["error"])
+    raw_choices = payload.get("choices")
+    choices = raw_choices if isinstance(raw_choices, list) else []
+    return ChatChunk(
+        id=payload.get("id") or None,
+        model=payload.get("model") or None,
+        choices=[_choice(c, i) for i, c in enumerate(choices) if isinstance(c, Mapping)],
+        usage=find_openai_usage(payload),
+    )

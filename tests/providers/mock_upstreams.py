@@ -1,0 +1,264 @@
+"""Loopback mock upstreams speaking the real wire formats (OpenAI Chat, Anthropic Messages,
+AG-UI over SSE), served by uvicorn on a free port. Each mock records the JSON request bodies
+it received and answers with the next scripted response (a list of SSE frames)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+Frames = list[str]
+Responder = Callable[[dict[str, Any]], Frames]
+
+
+@dataclass
+class MockUpstream:
+    responses: list[Frames | Responder]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        if not self.responses:
+            return JSONResponse({"error": {"message": "no scripted response left"}}, 500)
+        script = self.responses.pop(0)
+        frames = script(body) if callable(script) else script
+
+        async def stream() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame.encode()
+                await asyncio.sleep(0)
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+@asynccontextmanager
+async def serve_mock(responses: Sequence[Frames | Responder]) -> AsyncIterator[MockUpstream]:
+    mock = MockUpstream(list(responses))
+    app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    mock.url = f"http://127.0.0.1:{port}/v1/endpoint"
+    try:
+        yield mock
+    finally:
+        server.should_exit = True
+        await task
+
+
+def _data(payload: Any) -> str:
+    return f"data: {orjson.dumps(payload).decode()}\n\n"
+
+
+# ---------------------------------------------------------------- OpenAI Chat Completions
+
+
+_ids = itertools.count(1)
+
+
+def openai_frames(
+    *,
+    text: str = "",
+    reasoning: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> Frames:
+    """A streamed completion: role chunk, reasoning_content, content, tool calls (id and name
+    only in each call's first delta, arguments in two fragments), finish, usage, [DONE]."""
+    cid = f"chatcmpl-{next(_ids)}"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        return _data(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "mock-model",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "usage": None,
+            }
+        )
+
+    frames = [chunk({"role": "assistant", "content": ""})]
+    for piece in _pieces(reasoning):
+        frames.append(chunk({"content": None, "reasoning_content": piece}))
+    for piece in _pieces(text):
+        frames.append(chunk({"content": piece}))
+    for index, (call_id, name, arguments) in enumerate(tool_calls):
+        first = {"index": index, "id": call_id, "type": "function"}
+        first["function"] = {"name": name, "arguments": ""}
+        frames.append(chunk({"tool_calls": [first]}))
+        for piece in _pieces(arguments):
+            frames.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    finish = finish_reason or ("tool_calls" if tool_calls else "stop")
+    frames.append(chunk({}, finish))
+    usage = usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    frames.append(
+        _data({"id": cid, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    )
+    frames.append("data: [DONE]\n\n")
+    return frames
+
+
+def _pieces(text: str) -> list[str]:
+    if not text:
+        return []
+    middle = max(1, len(text) // 2)
+    return [text[:middle], text[middle:]] if len(text) > 1 else [text]
+
+
+# ---------------------------------------------------------------- Anthropic Messages
+
+
+def _event(name: str, payload: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {orjson.dumps({'type': name, **payload}).decode()}\n\n"
+
+
+def anthropic_frames(
+    *,
+    text: str = "",
+    thinking: str = "",
+    signature: str = "sig-mock",
+    tool_uses: Sequence[tuple[str, str, str]] = (),
+    stop_reason: str | None = None,
+) -> Frames:
+    frames = [
+        _event(
+            "message_start",
+            {
+                "message": {
+                    "id": f"msg_{next(_ids)}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "mock-claude",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 10, "output_tokens": 1},
+                }
+            },
+        )
+    ]
+    index = 0
+    if thinking:
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        frames.append(_event("content_block_start", {"index": index, "content_block": block}))
+        for piece in _pieces(thinking):
+            delta = {"type": "thinking_delta", "thinking": piece}
+            frames.append(_event("content_block_delta", {"index": index, "delta": delta}))
+        delta = {"type": "signature_delta", "signature": signature}
+        frames.append(_event("content_block_delta", {"index": index, "delta": delta}))
+        frames.append(_event("content_block_stop", {"index": index}))
+        index += 1
+    if text:
+        block = {"type": "text", "text": ""}
+        frames.append(_event("content_block_start", {"index": index, "content_block": block}))
+        frames.append(_event("ping", {}))
+        for piece in _pieces(text):
+            delta = {"type": "text_delta", "text": piece}
+            frames.append(_event("content_block_delta", {"index": index, "delta": delta}))
+        frames.append(_event("content_block_stop", {"index": index}))
+        index += 1
+    for tool_id, name, arguments in tool_uses:
+        block = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
+        frames.append(_event("content_block_start", {"index": index, "content_block": block}))
+        for piece in ["", *_pieces(arguments)]:
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            frames.append(_event("content_block_delta", {"index": index, "delta": delta}))
+        frames.append(_event("content_block_stop", {"index": index}))
+        index += 1
+    stop = stop_reason or ("tool_use" if tool_uses else "end_turn")
+    frames.append(
+        _event(
+            "message_delta",
+            {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 7}},
+        )
+    )
+    frames.append(_event("message_stop", {}))
+    return frames
+
+
+# ---------------------------------------------------------------- AG-UI
+
+
+def agui_frames(events: Sequence[dict[str, Any]]) -> Frames:
+    return [_data(event) for event in events]
+
+
+def agui_run(
+    body: dict[str, Any],
+    *,
+    text: str = "",
+    reasoning: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    tool_results: Sequence[tuple[str, Any]] = (),
+    outcome: dict[str, Any] | None = None,
+) -> Frames:
+    """One AG-UI run answering ``body`` (its threadId and runId echoed)."""
+    thread, run = body["threadId"], body["runId"]
+    n = next(_ids)
+    events: list[dict[str, Any]] = [{"type": "RUN_STARTED", "threadId": thread, "runId": run}]
+    if reasoning:
+        rid = f"rsn_{n}"
+        events += [
+            {"type": "REASONING_START", "messageId": rid},
+            {"type": "REASONING_MESSAGE_START", "messageId": f"r{rid}", "role": "reasoning"},
+            {"type": "REASONING_MESSAGE_CONTENT", "messageId": f"r{rid}", "delta": reasoning},
+            {"type": "REASONING_MESSAGE_END", "messageId": f"r{rid}"},
+            {"type": "REASONING_END", "messageId": rid},
+        ]
+    if text:
+        mid = f"msg_{n}"
+        events += [
+            {"type": "TEXT_MESSAGE_START", "messageId": mid, "role": "assistant"},
+            *(
+                {"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": piece}
+                for piece in _pieces(text)
+            ),
+            {"type": "TEXT_MESSAGE_END", "messageId": mid},
+        ]
+    for call_id, name, arguments in tool_calls:
+        events += [
+            {"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": name},
+            *(
+                {"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": piece}
+                for piece in _pieces(arguments)
+            ),
+            {"type": "TOOL_CALL_END", "toolCallId": call_id},
+        ]
+    for call_id, content in tool_results:
+        events.append(
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": f"tool_{n}_{call_id}",
+                "toolCallId": call_id,
+                "content": content,
+                "role": "tool",
+            }
+        )
+    finished: dict[str, Any] = {"type": "RUN_FINISHED", "threadId": thread, "runId": run}
+    finished["outcome"] = outcome or {"type": "success"}
+    events.append(finished)
+    return agui_frames(events)
