@@ -40,12 +40,21 @@ def add_replay_command(subparsers: Any) -> None:
         action="store_true",
         help="stop with exit 1 at the first protocol issue or invalid line",
     )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help='add "validator": the provider contract validator\'s issues, per run',
+    )
     parser.set_defaults(handler=run_replay)
 
 
 def replay_validator_output(args: argparse.Namespace, result: ReplayResult) -> list[Any] | None:
     """Hook for ``--validate`` (providers): return the validator's issues, or None when off."""
-    return None
+    if not getattr(args, "validate", False):
+        return None
+    from app.cli_providers import replay_validator_issues
+
+    return replay_validator_issues(event for _line, event in result.events)
 
 
 def _read_input(path: str) -> str:
@@ -76,7 +85,13 @@ def run_replay(args: argparse.Namespace) -> int:
 
 # --- entry point ---------------------------------------------------------------------------------
 
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_replay_command]
+def add_validate_command(subparsers: Any) -> None:
+    from app.cli_providers import add_validate_command as add
+
+    add(subparsers)
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_replay_command, add_validate_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

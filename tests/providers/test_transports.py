@@ -1,0 +1,166 @@
+"""Transports in isolation: SSE parsing and limits, replay, async-iterable abort, error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+import providers
+import providers.transports
+from providers.errors import (
+    AbortError,
+    UpstreamConnectError,
+    UpstreamDropped,
+    UpstreamEventTooLarge,
+    UpstreamHTTPError,
+    UpstreamIdleTimeout,
+    map_transport_errors,
+    to_agent_error,
+)
+from providers.signal import AbortSignal
+from providers.transports import (
+    IterableTransport,
+    ReplayTransport,
+    SSEParser,
+    SSETransport,
+    UpstreamRequest,
+)
+
+
+def test_sse_parser_handles_crlf_comments_and_multiline() -> None:
+    parser = SSEParser(1024)
+    events = parser.feed(": ping\r\nevent: delta\r\ndata: a\r\ndata: b\r\n\r\nda")
+    events += parser.feed("ta: tail\n\n")
+    events += parser.close()
+    assert [(e.event, e.data) for e in events] == [("delta", "a\nb"), ("message", "tail")]
+
+
+def test_sse_parser_bounds_event_size() -> None:
+    parser = SSEParser(16)
+    with pytest.raises(UpstreamEventTooLarge):
+        parser.feed("data: " + "x" * 40)  # an unterminated line growing past the limit
+    parser = SSEParser(16)
+    with pytest.raises(UpstreamEventTooLarge):
+        parser.feed("data: 0123456789\ndata: 0123456789\n")  # lines of one event add up
+
+
+def test_upstream_request_repr_hides_headers() -> None:
+    request = UpstreamRequest("http://x", headers={"authorization": "Bearer sk-secret"})
+    assert "sk-secret" not in repr(request)
+
+
+async def test_replay_transport_sse_text_and_jsonl() -> None:
+    signal = AbortSignal()
+    sse = ReplayTransport(text='data: {"a":1}\n\ndata: [DONE]\n\n', fmt="sse")
+    assert [e.data for e in [c async for c in sse.open(None, signal)]] == ['{"a":1}', "[DONE]"]
+    jsonl = ReplayTransport(text='{"a":1}\n\n[2]\n', fmt="jsonl")
+    assert [c async for c in jsonl.open(None, signal)] == [{"a": 1}, [2]]
+
+
+async def test_iterable_transport_abort_wakes_a_blocked_source() -> None:
+    signal = AbortSignal()
+    closed = asyncio.Event()
+
+    async def source() -> AsyncIterator[int]:
+        try:
+            yield 1
+            await asyncio.sleep(3600)
+            yield 2  # pragma: no cover
+        finally:
+            closed.set()
+
+    transport = IterableTransport(source())
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for chunk in transport.open(None, signal):
+            seen.append(chunk)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.02)
+    signal.abort("shutdown")
+    with pytest.raises(AbortError) as caught:
+        await asyncio.wait_for(task, 2)
+    assert caught.value.reason == "shutdown"
+    assert seen == [1]
+    assert closed.is_set()
+
+
+async def test_sse_transport_maps_status_and_body_with_mock_transport() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == "Bearer k"
+        return httpx.Response(503, json={"error": "overloaded"})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    transport = SSETransport(client=client)
+    request = UpstreamRequest("http://up/x", json={}, headers={"authorization": "Bearer k"})
+    with pytest.raises(UpstreamHTTPError) as caught:
+        async for _ in transport.open(request, AbortSignal()):
+            pass  # pragma: no cover
+    error = caught.value.to_agent_error()
+    assert error["details"] == {"status": 503, "body": '{"error":"overloaded"}'}
+    assert error["retryable"] is True
+    await transport.aclose()
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (httpx.ConnectError("x"), UpstreamConnectError),
+        (httpx.ReadTimeout("x"), UpstreamIdleTimeout),
+        (httpx.RemoteProtocolError("x"), UpstreamDropped),
+        (ConnectionRefusedError(), UpstreamConnectError),
+    ],
+)
+def test_map_transport_errors(raised: Exception, expected: type[Exception]) -> None:
+    with pytest.raises(expected), map_transport_errors():
+        raise raised
+
+
+def test_errors_after_abort_become_abort() -> None:
+    signal = AbortSignal()
+    signal.abort("interrupted")
+    with pytest.raises(AbortError) as caught, map_transport_errors(signal):
+        raise httpx.ReadError("torn down")
+    assert caught.value.reason == "interrupted"
+
+
+def test_unknown_exception_is_provider_error_without_text() -> None:
+    error = to_agent_error(ValueError("api_key=sk-123"))
+    assert error == {
+        "code": "provider_error",
+        "message": "The provider failed (ValueError).",
+        "retryable": False,
+    }
+
+
+def test_public_surfaces_are_pinned() -> None:
+    expected_providers = {
+        "AGENT_EVENT_PROTOCOL", "AbortError", "AbortSignal", "AgentEvent", "AgentProvider",
+        "AgentProviderProtocolError", "AgentTransport", "Capabilities", "Command",
+        "CommandableProvider", "OnEvent", "ProviderBase", "ProviderError", "RunContext",
+        "RunOptions", "UnknownProviderKind", "WaitTimeout", "create_provider", "derive_history",
+        "is_agent_provider", "known_kinds", "register_kind", "run_agent_provider",
+        "standard_capabilities", "to_agent_error", "validate_agent_provider_events",
+    }  # fmt: skip
+    assert set(providers.__all__) == expected_providers
+    assert set(providers.transports.__all__) == {
+        "DEFAULT_MAX_EVENT_BYTES", "ChannelTurn", "ChunkSource", "IterableTransport",
+        "ReplayTransport", "SSEParser", "SSETransport", "UpstreamRequest", "WebSocketChannel",
+        "WebSocketTransport", "abortable_sleep",
+    }  # fmt: skip
+    for name in providers.__all__:
+        assert getattr(providers, name) is not None
+
+
+def test_is_agent_provider_by_protocol_not_class() -> None:
+    class Anything:
+        protocol: ClassVar[dict[str, Any]] = {"name": "agent-event", "version": "0.1"}
+
+    assert providers.is_agent_provider(Anything())
+    assert not providers.is_agent_provider(object())
