@@ -128,7 +128,8 @@ class AgentEventProvider(ProviderBase):
             return
         if command.type == "run.cancel":
             raise AbortError("aborted")
-        self.apply_command(command, ctx)
+        if not self.apply_command(command, ctx):
+            return
         for event in ctx.take():
             yield event
         await channel.send({"command": {"type": command.type, "payload": dict(command.payload)}})

@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from core.events import EVENT_TYPE_LIST
+from providers.closure import is_waiting
 from providers.context import MISSING, RunContext
 from providers.contract import (
     AGENT_EVENT_PROTOCOL,
@@ -124,7 +125,8 @@ class ProviderBase:
         """Apply a command (§9); once nothing waits, continue the run (or finish it)."""
         if command.type == "run.cancel":
             raise AbortError("aborted")
-        self.apply_command(command, ctx)
+        if not self.apply_command(command, ctx):
+            return  # stale: its target no longer waits (the gateway normally refuses these)
         self.on_command(command, ctx)
         for event in ctx.take():
             yield event
@@ -169,19 +171,24 @@ class ProviderBase:
 
     # -- standard commands ----------------------------------------------------------------------
 
-    def apply_command(self, command: Command, ctx: RunContext) -> None:
+    def apply_command(self, command: Command, ctx: RunContext) -> bool:
+        """Emit what the command decides; False (nothing emitted) when its target no longer
+        waits: an approval not open, a tool not handed to the app, a tool not failed."""
         payload = command.payload
-        ctx.commands_since_request.append({"type": command.type, "payload": dict(payload)})
-        if command.type == "approval.resolve":
-            ctx.resolve_approval(
-                _str(payload, "approvalId"), _str(payload, "decision"), payload.get("data", MISSING)
-            )
-        elif command.type == "approval.expire":
+        if command.type in ("approval.resolve", "approval.expire"):
             approval_id = _str(payload, "approvalId")
-            if ctx.is_open("approval", approval_id):
+            if not ctx.is_open("approval", approval_id):
+                return False
+            if command.type == "approval.expire":
                 ctx.resolve_approval(approval_id, "expired")
+            else:
+                decision = _str(payload, "decision")
+                ctx.resolve_approval(approval_id, decision, payload.get("data", MISSING))
         elif command.type == "tool.submit_result":
             tool_call_id = _str(payload, "toolCallId")
+            entity = ctx.entity("tool", tool_call_id)
+            if entity is None or not is_waiting(entity):
+                return False
             result = payload.get("result")
             if payload.get("isError"):
                 message = result if isinstance(result, str) and result else "The tool failed."
@@ -189,9 +196,14 @@ class ProviderBase:
             else:
                 ctx.complete_tool(tool_call_id, result)
         elif command.type == "tool.retry":
-            self.retry_tool(_str(payload, "toolCallId"), ctx)
+            record = ctx.tool(_str(payload, "toolCallId"))
+            if record is None or record.status != "failed":
+                return False
+            self.retry_tool(record.id, ctx)
         elif command.type not in self.capabilities.commands:
             raise ProviderError(f'Provider "{self.id}" does not support command "{command.type}".')
+        ctx.commands_since_request.append({"type": command.type, "payload": dict(payload)})
+        return True
 
     def retry_tool(self, tool_call_id: str, ctx: RunContext) -> None:
         """``tool.retry``: a new ``tool.requested`` (new id, ``attempt`` + 1, ``retryOf``).

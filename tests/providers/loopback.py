@@ -7,7 +7,8 @@ It speaks native AgentEvent 0.1 over SSE (``POST /sse/{scenario}``) and WebSocke
 SSE scenarios: ``slow`` (``?delay=&count=&first_delay=``), ``status`` (``?code=``), ``malformed``,
 ``drop`` (connection cut without the chunked terminator), ``stall`` (one event then silence),
 ``invalid`` (an invalid envelope), ``no-terminal`` (clean end without a run terminal),
-``approval`` (waits on an approval; the continuation request with ``commands`` finishes).
+``approval`` (waits on an approval; the continuation request with ``commands`` finishes),
+``big`` (one event of 4 KiB, then silence).
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ class Loopback:
                 n = 2 + int(q.get("count", "1000"))
                 yield sse(envelope(n, "message.completed", {"messageId": "m1"}))
                 yield sse(envelope(n + 1, "run.completed", {}))
+            elif scenario == "big":
+                for event in opening():
+                    yield sse(event)
+                big = envelope(2, "message.delta", {"messageId": "m1", "delta": "x" * 4096})
+                yield sse(big)
+                await asyncio.sleep(3600)
             elif scenario == "malformed":
                 for event in opening():
                     yield sse(event)
@@ -188,6 +195,11 @@ class Loopback:
                     envelope(3, "approval.requested", {"approvalId": "a1"}),
                 ]:
                     await websocket.send_text(orjson.dumps(event).decode())
+            elif scenario == "big":
+                for event in opening():
+                    await websocket.send_text(orjson.dumps(event).decode())
+                big = envelope(2, "message.delta", {"messageId": "m1", "delta": "x" * 4096})
+                await websocket.send_text(orjson.dumps(big).decode())
             elif scenario == "invalid":
                 for event in opening():
                     await websocket.send_text(orjson.dumps(event).decode())

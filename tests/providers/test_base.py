@@ -279,3 +279,65 @@ async def test_emit_after_terminal_is_refused() -> None:
     ctx.finish()
     with pytest.raises(Exception, match="after the run ended"):
         ctx.open_message("late")
+
+
+async def test_stale_commands_are_ignored() -> None:
+    events = await assert_provider_contract(
+        ScriptProvider(),
+        ("kw", "request_tool", ("c", "lookup", "{}"), {"executor": "app"}),
+        input={},
+        commands=[
+            ("approval.resolve", {"approvalId": "nope", "decision": "approved"}),
+            ("tool.retry", {"toolCallId": "c"}),  # not failed
+            ("tool.submit_result", {"toolCallId": "c", "result": 1}),
+        ],
+    )
+    assert types(events) == [
+        "run.started",
+        "tool.requested",
+        "tool.running",
+        "tool.completed",
+        "run.completed",
+    ]
+
+
+async def test_run_cancel_command_cancels() -> None:
+    events = await assert_provider_contract(
+        ScriptProvider(),
+        ("kw", "request_approval", ("ap",), {}),
+        input={},
+        commands=[("run.cancel", {})],
+        expect_terminal="run.cancelled",
+    )
+    assert types(events)[-2:] == ["approval.resolved", "run.cancelled"]
+
+
+async def test_extensions_reach_on_extension_and_consumer_errors_propagate_while_waiting() -> None:
+    seen: list[tuple[str, Any]] = []
+
+    async def on_extension(key: str, value: Any) -> None:
+        seen.append((key, value))
+
+    options = make_options(on_extension=on_extension)
+    await assert_provider_contract(
+        ScriptProvider(), ("extension", "agui.state", {"n": 1}), input={}, options=options
+    )
+    assert seen == [("agui.state", {"n": 1})]
+
+    boom = RuntimeError("consumer")
+
+    async def on_event(event: dict[str, Any]) -> None:
+        if event["type"] == "tool.completed":
+            raise boom
+
+    from providers.runner import run_agent_provider
+
+    provider = ScriptProvider()
+    provider.transport = IterableTransport(
+        [("kw", "request_tool", ("c", "lookup", "{}"), {"executor": "app"})]
+    )
+    options = make_options()
+    options.commands.put_nowait(Command("tool.submit_result", {"toolCallId": "c", "result": 1}))
+    with pytest.raises(RuntimeError) as caught:
+        await run_agent_provider(provider, {}, options, on_event)
+    assert caught.value is boom

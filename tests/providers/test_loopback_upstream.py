@@ -200,3 +200,30 @@ async def test_native_approval_continues_same_run(transport: str) -> None:
     started = next(e for e in events if e["type"] == "approval.requested")
     assert started["sessionId"] == "ses_test"
     assert started["meta"]["upstream"]["runId"] == "up-run"
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_event_too_large(transport: str) -> None:
+    async with serve_loopback() as loopback:
+        if transport == "sse":
+            provider = sse_provider(f"http://{loopback.url}/sse/big")
+        else:
+            provider = ws_provider(f"ws://{loopback.url}/ws/big")
+        options = make_options(max_upstream_event_bytes=1024)
+        events = await run_collect(provider, {"prompt": "go"}, options=options)
+    assert events[-1]["payload"]["error"]["code"] == "upstream_event_too_large"
+    assert types(events)[-2] == "message.failed"
+    assert_clean(provider, events)
+
+
+async def test_whole_request_timeout() -> None:
+    async with serve_loopback() as loopback:
+        provider = sse_provider(f"http://{loopback.url}/sse/slow?delay=0.02", timeout_seconds=0.3)
+        started = time.monotonic()
+        events = await run_collect(provider, {"prompt": "go"})
+        elapsed = time.monotonic() - started
+        await asyncio.wait_for(loopback.disconnected.wait(), 5)
+    assert events[-1]["payload"]["error"]["code"] == "upstream_timeout"
+    assert types(events)[-2] == "message.failed"
+    assert elapsed < 3
+    assert_clean(provider, events)
