@@ -227,3 +227,24 @@ async def test_whole_request_timeout() -> None:
     assert types(events)[-2] == "message.failed"
     assert elapsed < 3
     assert_clean(provider, events)
+
+
+async def test_websocket_abort_while_waiting_closes_socket() -> None:
+    async with serve_loopback() as loopback:
+        provider = ws_provider(f"ws://{loopback.url}/ws/approval")
+        options = make_options()
+        loop = asyncio.get_running_loop()
+
+        def abort_on_approval(evs: list[dict[str, Any]]) -> bool:
+            if evs[-1]["type"] == "approval.requested":
+                loop.call_later(0.05, options.signal.abort)
+            return False
+
+        events = await run_collect(
+            provider, {"prompt": "go"}, options=options, abort_when=abort_on_approval
+        )
+        await asyncio.wait_for(loopback.disconnected.wait(), 5)
+        assert loopback.close_codes == [1000]
+    assert types(events)[-2:] == ["approval.resolved", "run.cancelled"]
+    assert events[-2]["payload"]["decision"] == "expired"
+    assert_clean(provider, events)
