@@ -9,11 +9,11 @@ START / CONTENT|ARGS / END, and each event is parsed with the ``ag-ui-protocol``
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ag_ui.core import Event
+from ag_ui.core import Event, EventType
 from pydantic import TypeAdapter, ValidationError
 
 from providers.errors import UpstreamProtocolError
@@ -21,6 +21,7 @@ from providers.errors import UpstreamProtocolError
 __all__ = ["AguiNormalizer", "parse_agui_event"]
 
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+_KNOWN_TYPES = frozenset(kind.value for kind in EventType)
 
 _LEGACY = {
     "THINKING_START": "REASONING_START",
@@ -34,6 +35,13 @@ _LEGACY = {
 
 def parse_agui_event(raw: dict[str, Any]) -> Any:
     """Validate one wire event with the ``ag-ui-protocol`` models (``UpstreamProtocolError``)."""
+    if raw.get("type") not in _KNOWN_TYPES:
+        raise UpstreamProtocolError(
+            f"AG-UI AGUI503: unknown event type {raw.get('type')!r}",
+            details={"rule": "AGUI503"},
+        )
+    if raw.get("type") == "CUSTOM" and "value" not in raw:
+        raw = {**raw, "value": None}  # the TypeScript schema (z.any()) accepts an absent value
     try:
         return _EVENT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
@@ -43,7 +51,7 @@ def parse_agui_event(raw: dict[str, Any]) -> Any:
         raise UpstreamProtocolError(
             f"AG-UI {raw.get('type')!s} event does not match its schema"
             + (f" ({where}: {what})" if where else ""),
-            details={"eventType": raw.get("type")},
+            details={"rule": "AGUI504", "eventType": raw.get("type")},
         ) from None
 
 
@@ -51,7 +59,6 @@ def parse_agui_event(raw: dict[str, Any]) -> Any:
 class AguiNormalizer:
     """Stateful per upstream response: yields the wire events the mapping should see."""
 
-    new_id: Callable[[str], str] = field(default=lambda prefix: prefix)
     _counter: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _reasoning_span: str | None = None
     _reasoning_message: str | None = None
