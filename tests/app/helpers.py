@@ -1,0 +1,74 @@
+"""Small client-side helpers of the app tests (httpx + httpx-sse)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+__all__ = ["collect_sse", "events_of", "start_run", "terminal", "wait_state"]
+
+
+async def start_run(
+    client: httpx.AsyncClient, key: str, prompt: str, **body: Any
+) -> dict[str, Any]:
+    response = await client.post(
+        f"/v1/conversations/{key}/runs", json={"input": {"prompt": prompt}, **body}
+    )
+    assert response.status_code == 202, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def wait_state(
+    client: httpx.AsyncClient,
+    key: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    within: float = 10.0,
+) -> dict[str, Any]:
+    """Poll ``GET …/state`` until ``predicate(snapshot)`` holds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        response = await client.get(f"/v1/conversations/{key}/state")
+        if response.status_code == 200:
+            body: dict[str, Any] = response.json()
+            if predicate(body):
+                return body
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"state of {key} never matched: {response.text[:500]}")
+        await asyncio.sleep(0.02)
+
+
+async def collect_sse(
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    method: str = "GET",
+    stop: Callable[[list[ServerSentEvent]], bool] | None = None,
+    **kwargs: Any,
+) -> list[ServerSentEvent]:
+    """Read SSE frames (comments and retry-only frames excluded) until the end or ``stop``."""
+    frames: list[ServerSentEvent] = []
+    async with aconnect_sse(client, method, path, **kwargs) as source:
+        assert source.response.status_code == 200, await source.response.aread()
+        async for sse in source.aiter_sse():
+            if not sse.data and sse.event == "message":
+                continue
+            frames.append(sse)
+            if stop is not None and stop(frames):
+                break
+    return frames
+
+
+def events_of(frames: list[ServerSentEvent]) -> list[dict[str, Any]]:
+    return [orjson.loads(f.data) for f in frames if f.event == "message"]
+
+
+def terminal(frames: list[ServerSentEvent]) -> bool:
+    return any(
+        e["type"] in ("run.completed", "run.failed", "run.cancelled") for e in events_of(frames)
+    )

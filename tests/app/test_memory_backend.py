@@ -1,0 +1,56 @@
+"""The memory backend: the shared contract plus its TTL and LRU eviction."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.backends import ConversationRef, MemoryBackend
+from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta
+
+
+class TestMemoryBackendContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[MemoryBackend]:
+        backend = MemoryBackend(event_log_max_len=LOG_MAX)
+        await backend.start()
+        yield backend
+        await backend.close()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_ttl_drops_idle_conversations_but_not_running_ones() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(conversation_ttl_seconds=10, clock=clock)
+    idle, busy = ConversationRef("p", "idle"), ConversationRef("p", "busy")
+    for ref in (idle, busy):
+        await backend.create_conversation(ref, meta())
+    await backend.claim_run(busy, Control("r1"))
+    clock.now = 11
+    backend.sweep()
+    assert await backend.snapshot(idle) is None
+    assert await backend.snapshot(busy) is not None
+
+
+async def test_lru_evicts_least_recently_used_idle_conversation() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(max_conversations=2, clock=clock)
+    a, b, c = (ConversationRef("p", k) for k in "abc")
+    await backend.create_conversation(a, meta())
+    await backend.claim_run(a, Control("r1"))  # a is running: never evicted
+    clock.now = 1
+    await backend.create_conversation(b, meta())
+    clock.now = 2
+    await backend.append_event(b, event("r1", 0, "run.started"))
+    await backend.create_conversation(c, meta())
+    assert await backend.get_meta(a) is not None
+    assert await backend.get_meta(b) is None
+    assert await backend.get_meta(c) is not None

@@ -1,0 +1,287 @@
+"""SSE: frames, resume, snapshots for unknown/trimmed cursors, fan-out, stalled subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, terminal, wait_state
+from tests.app.scripted_provider import ScriptedProvider
+
+KEY = "c1"
+EVENTS = f"/v1/conversations/{KEY}/events"
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> RunningGateway:
+    settings = make_settings(gateway={"heartbeat_seconds": 0.2})
+    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+
+
+def parse_frames(raw: bytes) -> list[dict[str, str]]:
+    frames = []
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+        if not block.strip():
+            continue
+        frame: dict[str, str] = {}
+        for line in block.decode().split("\n"):
+            name, _, value = line.partition(":")
+            frame[name or "comment"] = value[1:] if value.startswith(" ") else value
+        frames.append(frame)
+    return frames
+
+
+async def test_subscribe_before_the_first_run_gets_the_empty_snapshot(
+    gw: RunningGateway,
+) -> None:
+    async with gw.client() as client:
+        reader = asyncio.create_task(collect_sse(client, EVENTS, stop=terminal))
+        await asyncio.sleep(0.2)
+        assert (await client.get(f"/v1/conversations/{KEY}/state")).status_code == 404
+        run = await start_run(client, KEY, "text:2")
+        frames = await asyncio.wait_for(reader, 10)
+    snapshot = orjson.loads(frames[0].data)
+    assert frames[0].event == "snapshot" and frames[0].id == snapshot["cursor"]
+    assert snapshot["activeRunId"] is None and snapshot["isRequesting"] is False
+    assert snapshot["messages"] == [] and snapshot["agentState"]["runs"] == {}
+    events = events_of(frames)
+    assert [e["type"] for e in events][:3] == ["session.started", "run.started", "message.started"]
+    assert {e["runId"] for e in events} == {run["runId"]}
+    assert [e["sequence"] for e in events] == list(range(len(events)))
+
+
+async def test_frames_headers_heartbeat_and_retry(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "text:1 ext:test.ext")
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        async with client.stream("GET", EVENTS) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert response.headers["cache-control"] == "no-cache"
+            assert response.headers["x-accel-buffering"] == "no"
+            raw = b""
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if b": ping" in raw:
+                    break
+        async with client.stream("GET", EVENTS, params={"since": "0"}) as response:
+            replay = b""
+            async for chunk in response.aiter_bytes():
+                replay += chunk
+                if b"run.completed" in replay:
+                    break
+    frames = parse_frames(raw)
+    assert frames[0]["event"] == "snapshot" and frames[0]["retry"].isdigit()
+    assert frames[-1] == {"comment": "ping"}
+    logged = parse_frames(replay)
+    assert "retry" in logged[0]
+    agent_frames = [f for f in logged if "event" not in f]
+    assert agent_frames and all(set(f) <= {"id", "data", "retry"} for f in agent_frames)
+    extension = [f for f in logged if f.get("event") == "extension"]
+    assert len(extension) == 1 and extension[0]["id"]
+    assert orjson.loads(extension[0]["data"]) == {"key": "test.ext", "value": {"n": 1}}
+    state = (await gw.client().get(f"/v1/conversations/{KEY}/state")).json()
+    assert state["extensions"] == {"test.ext": {"n": 1}}
+
+
+async def test_resume_with_last_event_id_is_exact(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "text:20 sleep:0.3 text:20")
+        first = await collect_sse(
+            client,
+            EVENTS,
+            params={"since": run["cursor"]},
+            stop=lambda frames: len(frames) >= 10,
+        )
+        assert all(f.event == "message" for f in first)
+        last_id = first[-1].id
+        second = await collect_sse(
+            client, EVENTS, headers={"Last-Event-ID": last_id}, params={"untilIdle": "true"}
+        )
+        full = await collect_sse(
+            client, EVENTS, params={"since": run["cursor"], "untilIdle": "true"}
+        )
+    assert all(f.event == "message" for f in second)
+    union = [f.id for f in first] + [f.id for f in second]
+    assert union == [f.id for f in full]
+    assert len(set(union)) == len(union)
+    assert events_of(first) + events_of(second) == events_of(full)
+    assert events_of(full)[-1]["type"] == "run.completed"
+
+
+async def test_unknown_cursor_yields_a_snapshot_first(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "text:2")
+        state = await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        for headers, params in (
+            ({"Last-Event-ID": "nonsense-42"}, {"untilIdle": "true"}),
+            ({}, {"since": "zzz-1", "untilIdle": "true"}),
+        ):
+            frames = await collect_sse(client, EVENTS, headers=headers, params=params)
+            assert [f.event for f in frames] == ["snapshot"]
+            assert orjson.loads(frames[0].data)["cursor"] == state["cursor"] == frames[0].id
+
+
+async def test_cursor_from_before_delete_is_unknown(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "text:2")
+        old = (await wait_state(client, KEY, lambda s: not s["isRequesting"]))["cursor"]
+        await client.delete(f"/v1/conversations/{KEY}")
+        await start_run(client, KEY, "text:1")
+        new = await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        frames = await collect_sse(
+            client, EVENTS, headers={"Last-Event-ID": old}, params={"untilIdle": "true"}
+        )
+    assert [f.event for f in frames] == ["snapshot"]
+    assert orjson.loads(frames[0].data)["cursor"] == new["cursor"] != old
+
+
+async def test_trimmed_cursor_yields_a_snapshot_then_later_events(
+    start_gateway: StartGateway,
+) -> None:
+    settings = make_settings(gateway={"event_log_max_len": 5})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "text:10")
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        frames = await collect_sse(
+            client, EVENTS, params={"since": run["cursor"], "untilIdle": "true"}
+        )
+        assert [f.event for f in frames] == ["snapshot"]
+        second = await start_run(client, KEY, "sleep:0.3 text:3")
+        frames = await collect_sse(client, EVENTS, params={"since": run["cursor"]}, stop=terminal)
+    assert frames[0].event == "snapshot"
+    snapshot = orjson.loads(frames[0].data)
+    later = events_of(frames[1:])
+    assert later[-1]["type"] == "run.completed"
+    assert all(e["runId"] == second["runId"] for e in later)
+    seen = snapshot["agentState"]["lastSequenceByRun"].get(second["runId"], -1)
+    assert [e["sequence"] for e in later] == list(range(seen + 1, seen + 1 + len(later)))
+
+
+async def test_until_idle_closes_at_once_when_idle(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        frames = await collect_sse(client, EVENTS, params={"untilIdle": "true"})
+    assert [f.event for f in frames] == ["snapshot"]
+
+
+async def test_post_runs_stream_true(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "text:1")
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        frames = await collect_sse(
+            client,
+            f"/v1/conversations/{KEY}/runs",
+            method="POST",
+            params={"stream": "true"},
+            json={"input": {"prompt": "text:3"}},
+        )
+    events = events_of(frames)
+    assert all(f.event == "message" for f in frames)
+    assert events[0]["type"] == "run.started" and events[-1]["type"] == "run.completed"
+    assert len({e["runId"] for e in events}) == 1
+
+
+async def test_fifty_subscribers_receive_identical_sequences(gw: RunningGateway) -> None:
+    async with gw.client(limits=httpx.Limits(max_connections=60)) as client:
+        readers = [
+            asyncio.create_task(collect_sse(client, EVENTS, stop=terminal)) for _ in range(50)
+        ]
+        await asyncio.sleep(0.5)
+        await start_run(client, KEY, "text:30 sleep:0.05 text:30")
+        results = await asyncio.wait_for(asyncio.gather(*readers), 60)
+    sequences = [[(f.id, f.data) for f in frames[1:]] for frames in results]
+    assert len(sequences[0]) == 67  # session, run, user message (2), 62 of m1, terminal
+    assert all(seq == sequences[0] for seq in sequences)
+
+
+async def test_detach_is_not_abort(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "text:3 sleep:0.8 text:3")
+        for _ in range(3):  # every subscriber leaves mid-run
+            left = await collect_sse(client, EVENTS, stop=lambda frames: len(frames) >= 1)
+            assert orjson.loads(left[0].data)["isRequesting"] is True
+        await asyncio.sleep(1.0)
+        frames = await collect_sse(client, EVENTS, params={"untilIdle": "true"})
+    snapshot = orjson.loads(frames[0].data)
+    assert snapshot["agentState"]["runs"][run["runId"]]["status"] == "completed"
+    assert snapshot["messages"][-1]["message"]["content"] == "w0 w1 w2 " * 2
+
+
+async def _raw_stalled_subscriber(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    request = f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+    await loop.sock_sendall(sock, request.encode())
+    return sock
+
+
+async def _drained_to_eof(sock: socket.socket, within: float) -> bool:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                data = await loop.sock_recv(sock, 65536)
+                if not data:
+                    return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
+    start_gateway: StartGateway,
+) -> None:
+    settings = make_settings(gateway={"send_timeout_seconds": 0.5, "heartbeat_seconds": 30})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    stalled = await _raw_stalled_subscriber(gw.port)
+    try:
+        async with gw.client() as client:
+            await asyncio.sleep(0.2)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            healthy = asyncio.create_task(collect_sse(client, EVENTS, stop=terminal))
+            await asyncio.sleep(0.1)
+            await start_run(client, KEY, "text:200:2000")
+            frames = await asyncio.wait_for(healthy, 20)
+            elapsed = loop.time() - started
+            assert events_of(frames)[-1]["type"] == "run.completed"
+            assert len(events_of(frames)) == 207  # 200 deltas + 7 framing events
+            assert elapsed < 10
+            await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
+            assert await _drained_to_eof(stalled, 5.0), "stalled subscriber was not dropped"
+    finally:
+        stalled.close()
+
+
+async def test_shutdown_delivers_run_cancelled_before_closing(
+    start_gateway: StartGateway,
+) -> None:
+    settings = make_settings(gateway={"shutdown_grace_seconds": 0.3})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "text:2 sleep:30")
+        reader = asyncio.create_task(collect_sse(client, EVENTS, params={"since": run["cursor"]}))
+        await wait_state(client, KEY, lambda s: s["isRequesting"])
+        stopping = asyncio.create_task(gw.stop())
+        await asyncio.sleep(0.1)
+        refused: Any = await client.post(
+            f"/v1/conversations/{KEY}/runs", json={"input": {"prompt": "x"}}
+        )
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "shutting_down"
+        frames = await asyncio.wait_for(reader, 15)
+        await asyncio.wait_for(stopping, 15)
+    last = events_of(frames)[-1]
+    assert last["type"] == "run.cancelled" and last["payload"]["reason"] == "shutdown"
+    assert last["runId"] == run["runId"]
