@@ -5,7 +5,8 @@ upstream (uvicorn, in this process) that streams one event every 20 ms: after 3 
 run's signal is aborted, and the time until the upstream observes the disconnect (its
 streaming generator torn down / its WebSocket receiving the close frame) is recorded.
 
-Usage: ``.venv/bin/python bench/abort_bench.py [--runs 20]``; prints one JSON object with the
+Usage: ``.venv/bin/python bench/abort_bench.py [--runs 20] [--uvloop]``; prints one JSON
+object with the
 median and worst per transport, in milliseconds (target: median ≤ 50 ms).
 """
 
@@ -77,5 +78,15 @@ async def main(runs: int) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop (as uvicorn does)")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.runs)), indent=2))
+    if args.uvloop:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            result = runner.run(main(args.runs))
+        result["loop"] = "uvloop"
+    else:
+        result = asyncio.run(main(args.runs))
+        result["loop"] = "asyncio"
+    print(json.dumps(result, indent=2))

@@ -10,6 +10,7 @@ the upstream sees the disconnect immediately; the response is then closed.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -140,13 +141,38 @@ def _close_now(response: httpx.Response) -> None:
     read blocked on it returns immediately."""
     stream: Any = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None and shutdown_socket(sock):
+        return
+    asyncio.ensure_future(response.aclose())  # noqa: RUF006 - best effort for in-memory transports
+
+
+def shutdown_socket(sock: Any) -> bool:
+    """``shutdown(SHUT_RDWR)`` on a socket, or on the socket behind a loop's pseudo-socket
+    (uvloop hands out objects without ``shutdown``: a duplicate of its descriptor is used;
+    shutting one descriptor down shuts the connection down for all)."""
     if isinstance(sock, socket.socket):
         try:
             sock.shutdown(socket.SHUT_RDWR)
-            return
+            return True
         except OSError:
-            pass
-    asyncio.ensure_future(response.aclose())  # noqa: RUF006 - best effort for in-memory transports
+            return False
+    try:
+        fd = int(sock.fileno())
+    except Exception:
+        return False
+    if fd < 0:
+        return False
+    try:
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return False
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False
+    finally:
+        duplicate.close()
 
 
 async def _excerpt(response: httpx.Response) -> str:

@@ -248,3 +248,33 @@ async def test_websocket_abort_while_waiting_closes_socket() -> None:
     assert types(events)[-2:] == ["approval.resolved", "run.cancelled"]
     assert events[-2]["payload"]["decision"] == "expired"
     assert_clean(provider, events)
+
+
+def test_sse_abort_closes_upstream_on_uvloop() -> None:
+    """uvicorn runs on uvloop, whose sockets are pseudo-sockets without ``shutdown``."""
+    import uvloop  # installed with uvicorn[standard]
+
+    import providers.transports.sse as sse_module
+
+    used: list[tuple[str, bool]] = []
+    original = sse_module.shutdown_socket
+
+    def spy(sock: Any) -> bool:
+        result = original(sock)
+        used.append((type(sock).__name__, result))
+        return result
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        async with serve_loopback() as loopback:
+            provider = sse_provider(f"http://{loopback.url}/sse/slow?delay=0.05")
+            return await _abort_case(loopback, provider, wait_for_deltas=3)
+
+    sse_module.shutdown_socket = spy
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            events, delay = runner.run(scenario())
+    finally:
+        sse_module.shutdown_socket = original
+    assert used and all(ok for _name, ok in used)
+    assert delay < ABORT_BOUND_SECONDS
+    assert events[-1]["type"] == "run.cancelled"
