@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -81,7 +82,7 @@ class UpstreamHTTPError(ProviderError):
     def __init__(self, status: int, body_excerpt: str = "") -> None:
         details: dict[str, Any] = {"status": status}
         if body_excerpt:
-            details["body"] = body_excerpt[:BODY_EXCERPT_CHARS]
+            details["body"] = redact(body_excerpt)[:BODY_EXCERPT_CHARS]
         super().__init__(
             f"Upstream answered HTTP {status}.",
             retryable=status == 429 or status >= 500,
@@ -192,13 +193,29 @@ def to_agent_error(error: BaseException) -> dict[str, Any]:
     }
 
 
-def body_excerpt(raw: bytes) -> str:
+#: Key-shaped tokens an upstream may echo back (even masked) in an error body.
+_KEY_PATTERN = re.compile(r"\b(?:sk|pk|rk|ak|key)[-_][A-Za-z0-9*._-]{6,}", re.IGNORECASE)
+REDACTED = "[redacted]"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove credentials from ``text``: every given secret (a header value, and the token of a
+    ``Bearer`` value) and anything shaped like an API key."""
+    for secret in secrets:
+        for value in (secret, secret.partition(" ")[2]):
+            if len(value) >= 6:
+                text = text.replace(value, REDACTED)
+    return _KEY_PATTERN.sub(REDACTED, text)
+
+
+def body_excerpt(raw: bytes, secrets: Iterable[str] = ()) -> str:
+    """A short, redacted excerpt of an upstream error body (JSON compacted)."""
     text = raw[: BODY_EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
     try:  # compact a JSON error body, dropping nothing but whitespace
         text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
     except ValueError:
         pass
-    return text[:BODY_EXCERPT_CHARS]
+    return redact(text, secrets)[:BODY_EXCERPT_CHARS]
 
 
 @contextmanager

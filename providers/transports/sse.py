@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpx
@@ -117,7 +117,8 @@ class SSETransport:
                 stopper.on_stop(lambda: _close_now(response))
                 with map_transport_errors(signal):
                     if not 200 <= response.status_code < 300:
-                        raise UpstreamHTTPError(response.status_code, await _excerpt(response))
+                        excerpt = await _excerpt(response, request.headers.values())
+                        raise UpstreamHTTPError(response.status_code, excerpt)
                     parser = SSEParser(request.max_event_bytes)
                     async for text in response.aiter_text():
                         stopper.check()
@@ -175,10 +176,10 @@ def shutdown_socket(sock: Any) -> bool:
         duplicate.close()
 
 
-async def _excerpt(response: httpx.Response) -> str:
+async def _excerpt(response: httpx.Response, secrets: Iterable[str]) -> str:
     raw = b""
     async for piece in response.aiter_bytes():
         raw += piece
         if len(raw) >= _ERROR_BODY_BYTES:
             break
-    return body_excerpt(raw)
+    return body_excerpt(raw, secrets)

@@ -164,3 +164,26 @@ def test_is_agent_provider_by_protocol_not_class() -> None:
 
     assert providers.is_agent_provider(Anything())
     assert not providers.is_agent_provider(object())
+
+
+async def test_error_body_excerpt_is_redacted() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {
+            "error": "Incorrect API key provided: sk-proj-****abcd",
+            "echo": request.headers["x-api-key"],
+            "auth": request.headers["authorization"],
+        }
+        return httpx.Response(401, json=body)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    transport = SSETransport(client=client)
+    headers = {"authorization": "Bearer tok_abcdef123", "x-api-key": "plainsecret42"}
+    request = UpstreamRequest("http://up/x", json={}, headers=headers)
+    with pytest.raises(UpstreamHTTPError) as caught:
+        async for _ in transport.open(request, AbortSignal()):
+            pass  # pragma: no cover
+    body = caught.value.to_agent_error()["details"]["body"]
+    assert "abcdef123" not in body and "plainsecret42" not in body and "sk-proj" not in body
+    assert "[redacted]" in body
+    assert caught.value.to_agent_error()["retryable"] is False
+    await client.aclose()
