@@ -22,6 +22,7 @@ import orjson
 
 from providers.base import standard_capabilities
 from providers.history import replay_events
+from providers.recorded_replay import DIALECT_OF_KIND, replay_recording
 from providers.registry import UnknownProviderKind, create_provider
 from providers.testing import make_options, run_collect
 from providers.transports import ReplayTransport
@@ -61,9 +62,12 @@ async def _validate(kind: str, path: Path, prompt: str) -> dict[str, Any]:
         "path": str(path),
     }
     provider = create_provider("replay", kind, config)
-    subject = copy.copy(provider)
-    subject.transport = ReplayTransport(path, kind=provider.transport.kind)
-    events = await run_collect(subject, {"prompt": prompt}, options=make_options(now=None))
+    if kind in DIALECT_OF_KIND:  # model/AG-UI recordings: README loading rules, turns split
+        events = await replay_recording(provider, path, kind, {"prompt": prompt})
+    else:
+        subject = copy.copy(provider)
+        subject.transport = ReplayTransport(path, kind=provider.transport.kind)
+        events = await run_collect(subject, {"prompt": prompt}, options=make_options(now=None))
     issues = validate_agent_provider_events(provider.capabilities, events)
     return {"events": len(events), "issues": issues, "state": replay_events(events)}
 
