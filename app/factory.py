@@ -14,6 +14,7 @@ from app.backends import Backend
 from app.config import Settings, load_settings
 from app.errors import install_error_handlers
 from app.gateway import Gateway
+from app.logs import RequestContextMiddleware, collect_secrets, register_secrets
 from app.responses import JSON
 from app.routes import commands, conversations, events, system, ws
 from providers.contract import AgentProvider
@@ -31,6 +32,7 @@ def create_app(
 ) -> FastAPI:
     """Build the app. ``providers`` replaces configured providers by name (embedding, tests)."""
     settings = settings or load_settings()
+    register_secrets(collect_secrets(settings))  # scrubbed from every log line (app/logs.py)
     gateway = Gateway(settings, backend=backend, providers=providers)
     # Streams are closed by the gateway's own drain (after run.cancelled is delivered), not by
     # sse-starlette's immediate cancel on SIGTERM.
@@ -60,6 +62,7 @@ def create_app(
             allow_methods=["*"],
             allow_headers=["*"],
         )
+    app.add_middleware(RequestContextMiddleware)  # request id + access line (app/logs.py)
     for module in (conversations, events, commands, ws, system):
         app.include_router(module.router)
     if settings.gateway.demo_page and system.STATIC_DIR.is_dir():

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.backends import Backend, ConversationRef, create_backend
 from app.config import Settings
+from app.metrics import GatewayMetrics, InstrumentedBackend
 from app.provider_catalog import ProviderCatalog
 from app.runs import RunManager
 from app.snapshot import snapshot_object
@@ -30,8 +31,12 @@ class Gateway:
         providers: Mapping[str, AgentProvider] | None = None,
     ) -> None:
         self.settings = settings
-        self.backend = backend or create_backend(settings)
         self.catalog = ProviderCatalog(settings, providers)
+        #: Prometheus metrics of this gateway (app/metrics.py); served at /metrics.
+        self.metrics = GatewayMetrics(providers=self.catalog.names())
+        self.backend: Backend = InstrumentedBackend(  # type: ignore[assignment]
+            backend or create_backend(settings), self.metrics
+        )
         self.runs = RunManager(self.backend, self.catalog, settings)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()

@@ -44,6 +44,8 @@ __all__ = [
     "configure_logging",
     "current_log_context",
     "log_context",
+    "register_secrets",
+    "setup_logging",
 ]
 
 LogFormat = Literal["json", "text"]
@@ -152,6 +154,19 @@ def current_log_context() -> dict[str, str]:
 
 # -- redaction ---------------------------------------------------------------------------------
 
+#: Secrets every Redactor scrubs (filled by ``create_app`` from the settings).
+_GLOBAL_SECRETS: list[str] = []
+
+
+def register_secrets(secrets: Iterable[str]) -> None:
+    """Add secret values that every log handler of the process must scrub."""
+    known = set(_GLOBAL_SECRETS)
+    for secret in secrets:
+        if isinstance(secret, str) and len(secret) >= 6 and secret not in known:
+            known.add(secret)
+            _GLOBAL_SECRETS.append(secret)
+    _GLOBAL_SECRETS.sort(key=len, reverse=True)
+
 
 class Redactor:
     """Scrubs secrets (and, unless ``log_content``, message content) from log data."""
@@ -171,9 +186,10 @@ class Redactor:
         self._secrets.sort(key=len, reverse=True)
 
     def text(self, value: str) -> str:
-        for secret in self._secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
+        for secrets in (self._secrets, _GLOBAL_SECRETS):
+            for secret in secrets:
+                if secret in value:
+                    value = value.replace(secret, REDACTED)
         value = _PATTERNS[0].sub(lambda m: f"{m.group(1)} {REDACTED}", value)
         value = _PATTERNS[1].sub(lambda m: f"{m.group(1)}={REDACTED}", value)
         return _PATTERNS[2].sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)
@@ -350,6 +366,16 @@ def configure_logging(
     access.handlers.clear()
     access.propagate = False
     return handler
+
+
+def setup_logging(settings: Any, *, stream: IO[str] | None = None) -> logging.Handler:
+    """:func:`configure_logging` from gateway settings (``log_format``, ``log_content``)."""
+    gateway = settings.gateway
+    secrets = collect_secrets(settings)
+    register_secrets(secrets)
+    return configure_logging(
+        gateway.log_format, log_content=gateway.log_content, secrets=secrets, stream=stream
+    )
 
 
 # -- request context middleware -------------------------------------------------------------

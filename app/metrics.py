@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final, Protocol
 
@@ -352,9 +352,34 @@ class RunTracker:
         if self._abort_at is None and not self._ended:
             self._abort_at = self._m.clock()
 
-    def close(self) -> None:
+    def close(self, outcome: str = "failed") -> None:
+        """End a run whose terminal never reached ``on_event`` (counted once)."""
         if not self._ended:
-            self._end("failed")
+            self._end(outcome)
+
+    async def finish(
+        self,
+        run_id: str,
+        snapshot: Callable[[], Awaitable[Any]],
+        *,
+        cancelled: bool = False,
+    ) -> None:
+        """After the run: close it if needed and count the reducer issues its events raised.
+
+        ``snapshot`` returns the conversation's snapshot (an object with ``.state``) or None.
+        """
+        self.close("cancelled" if cancelled else "failed")
+        try:
+            snap = await snapshot()
+        except Exception:
+            return
+        state = getattr(snap, "state", None)
+        if isinstance(state, Mapping):
+            self._m.protocol_issues_from(
+                issue
+                for issue in state.get("issues", ())
+                if isinstance(issue, Mapping) and issue.get("runId") == run_id
+            )
 
     def _end(self, outcome: str) -> None:
         self._ended = True
@@ -378,10 +403,11 @@ class InstrumentedBackend:
 
     _UNTIMED: Final = frozenset({"read"})
 
-    def __init__(self, inner: Any, metrics: GatewayMetrics, backend: str) -> None:
+    def __init__(self, inner: Any, metrics: GatewayMetrics, backend: str | None = None) -> None:
         self._inner = inner
         self._metrics = metrics
-        self._backend = backend
+        #: ``memory`` / ``redis``: given, else from the class name (``RedisBackend`` -> redis).
+        self._backend = backend or type(inner).__name__.lower().removesuffix("backend")
 
     @property
     def inner(self) -> Any:

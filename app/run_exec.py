@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from app.backends import Backend, ConversationRef
 from app.config import Settings
+from app.logs import log_context
+from app.metrics import GatewayMetrics
 from app.provider_catalog import ProviderCatalog
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
@@ -122,8 +124,22 @@ async def execute_run(
     ref: ConversationRef,
     request: RunRequest,
     active: ActiveRun,
+    metrics: GatewayMetrics | None = None,
 ) -> None:
     """Run ``request`` to its terminal event, appending every event to the conversation."""
+    with log_context(run_id=active.run_id, provider=request.provider):
+        await _execute_run(backend, catalog, settings, ref, request, active, metrics)
+
+
+async def _execute_run(
+    backend: Backend,
+    catalog: ProviderCatalog,
+    settings: Settings,
+    ref: ConversationRef,
+    request: RunRequest,
+    active: ActiveRun,
+    metrics: GatewayMetrics | None,
+) -> None:
     snapshot = await backend.snapshot(ref)
     if snapshot is None:  # deleted before the run could start
         return
@@ -135,10 +151,13 @@ async def execute_run(
     start_session = not meta.session_started
     transcript = meta.transcripts.setdefault(request.provider, {})
     terminal_seen = False
+    tracker = metrics.run_tracker(request.provider, active.signal) if metrics else None
 
     async def on_event(event: AgentEvent) -> None:
         nonlocal terminal_seen
         entry = await backend.append_event(ref, event)
+        if tracker is not None:
+            tracker.on_event(event)
         if entry.is_run_terminal and entry.run_id == active.run_id:
             terminal_seen = True
 
@@ -174,4 +193,8 @@ async def execute_run(
                 await _close_unterminated(backend, ref, meta.session_id, active)
             except Exception:
                 logger.exception("could not close run %s", active.run_id)
+        if tracker is not None:
+            await tracker.finish(
+                active.run_id, lambda: backend.snapshot(ref), cancelled=active.signal.aborted
+            )
         await backend.save_meta(ref, meta)

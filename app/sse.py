@@ -28,10 +28,14 @@ RETRY_MS = 2000
 
 
 class _GatewayEventSource(EventSourceResponse):
+    gateway: Gateway
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            with self.gateway.metrics.track_subscriber("sse"):
+                await super().__call__(scope, receive, send)
         except SendTimeoutError:
+            self.gateway.metrics.subscriber_dropped("sse")
             logger.info("dropped a subscriber whose send blocked past the send timeout")
 
 
@@ -53,7 +57,7 @@ async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> Async
 def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
     """An SSE response following the conversation's log as ``spec`` says."""
     settings = gateway.settings.gateway
-    return _GatewayEventSource(
+    response = _GatewayEventSource(
         _frames(gateway, ref, spec),
         headers={"Cache-Control": "no-cache"},
         ping=settings.heartbeat_seconds,
@@ -61,3 +65,5 @@ def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventS
         send_timeout=settings.send_timeout_seconds,
         sep="\n",
     )
+    response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
+    return response

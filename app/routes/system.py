@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from app.http import GatewayDep, Principal
+from app.metrics import METRICS_CONTENT_TYPE
 from app.responses import JSON
 from app.routes.responses import ERRORS
 from app.schemas import ProvidersAnswer
@@ -34,6 +35,11 @@ async def readyz(gateway: GatewayDep) -> Response:
     if not ready:
         return JSON({"status": "backend_unavailable"}, status_code=503)
     return JSON({"status": "ok"})
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(gateway: GatewayDep) -> Response:
+    return Response(gateway.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
 
 @router.get(

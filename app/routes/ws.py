@@ -61,6 +61,7 @@ class _Session:
                 async with asyncio.timeout(timeout):
                     await self.socket.send_text(text)
             except TimeoutError:
+                self.gateway.metrics.subscriber_dropped("ws")
                 logger.info("dropped a WebSocket subscriber whose send blocked too long")
                 self.closed.set()
                 raise
@@ -214,7 +215,8 @@ async def conversation_ws(
     receiver = asyncio.create_task(session.receive_loop())
     closer = asyncio.create_task(session.closed.wait())
     try:
-        await asyncio.wait({receiver, closer}, return_when=asyncio.FIRST_COMPLETED)
+        with gateway.metrics.track_subscriber("ws"):
+            await asyncio.wait({receiver, closer}, return_when=asyncio.FIRST_COMPLETED)
     except WebSocketDisconnect:
         pass
     finally:
