@@ -125,6 +125,17 @@ class Loopback:
                 for event in opening():
                     yield sse(event)
                 yield sse(envelope(2, "message.delta", {"messageId": "m1", "delta": "hi"}))
+            elif scenario == "tools":
+                if not body.get("commands"):
+                    yield sse(envelope(0, "run.started", {}))
+                    tool = envelope(1, "tool.requested", {"toolCallId": "t1", "name": "geo"})
+                    yield sse({**tool, "meta": {"executor": "app"}})
+                    yield sse(
+                        envelope(2, "tool.arguments_delta", {"toolCallId": "t1", "delta": "{}"})
+                    )
+                    yield sse(envelope(3, "approval.requested", {"approvalId": "a1"}))
+                else:
+                    yield sse(envelope(4, "run.completed", {"output": body["commands"]}))
             elif scenario == "approval":
                 if not body.get("commands"):
                     for event in opening():

@@ -278,3 +278,26 @@ def test_sse_abort_closes_upstream_on_uvloop() -> None:
     assert used and all(ok for _name, ok in used)
     assert delay < ABORT_BOUND_SECONDS
     assert events[-1]["type"] == "run.cancelled"
+
+
+async def test_native_sse_continuation_carries_every_command_in_order() -> None:
+    async with serve_loopback() as loopback:
+        provider = sse_provider(f"http://{loopback.url}/sse/tools")
+        commands = [
+            Command("tool.submit_result", {"toolCallId": "t1", "result": {"lat": 1}}),
+            Command("approval.resolve", {"approvalId": "a1", "decision": "rejected"}),
+        ]
+        events = await run_collect(provider, {"prompt": "go"}, commands=commands)
+        requests = list(loopback.requests)
+    assert_clean(provider, events)
+    assert len(requests) == 2
+    sent = [{"type": c.type, "payload": dict(c.payload)} for c in commands]
+    assert requests[1]["commands"] == sent
+    assert events[-1]["payload"]["output"] == sent
+    assert types(events)[-5:] == [
+        "approval.requested",
+        "tool.running",  # arguments complete at the end of the stream: handed to the app
+        "tool.completed",
+        "approval.resolved",
+        "run.completed",
+    ]
