@@ -1,7 +1,9 @@
 """WebSocket transport (``websockets`` asyncio client).
 
 ``open(UpstreamRequest, signal)``: connect with the configured headers, send ``request.json`` as
-the first frame, yield every text/binary frame until the upstream closes. On abort the socket is
+the first frame, yield every text/binary frame until the upstream closes (``timeout_seconds``
+bounds the connect and handshake, ``idle_timeout_seconds`` the silence between two frames; a
+socket that waits on the app has no whole-request deadline). On abort the socket is
 closed with code 1000 at once (the close is started from the signal callback, so a blocked
 ``recv`` wakes up).
 
