@@ -33,6 +33,8 @@ class _Slot:
     current: ActiveRun | None = None
     worker: asyncio.Task[None] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The backend run slot taken at submit for the next run (cluster-wide: one 202).
+    claimed: ActiveRun | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +106,15 @@ class RunManager:
                 meta = await self.backend.get_meta(ref) or meta
             cursor = await self.backend.head_cursor(ref)
             busy = bool(slot.queue) or slot.current is not None
-            if not busy:
-                busy = await self.backend.active_run(ref) is not None
             request = RunRequest(new_run_id(), input, name, emit_user_message)
+            if not busy:
+                # Take the backend's run slot now: the claim is atomic across instances, so
+                # two instances never both accept (the worker runs under this claim).
+                claimed = ActiveRun(request.run_id)
+                if await self.backend.claim_run(ref, claimed):
+                    slot.claimed = claimed
+                else:
+                    busy = True
             status = "started"
             if not busy:
                 slot.queue.append(request)
@@ -138,10 +146,15 @@ class RunManager:
         try:
             while slot.queue:
                 request = slot.queue.popleft()
-                active = ActiveRun(request.run_id)
+                active, slot.claimed = slot.claimed, None
+                preclaimed = active is not None and active.run_id == request.run_id
+                if active is not None and not preclaimed:
+                    await self.backend.release_run(ref, active.run_id)
+                if active is None or not preclaimed:
+                    active = ActiveRun(request.run_id)
                 slot.current = active
                 try:
-                    while not await self.backend.claim_run(ref, active):  # noqa: ASYNC110
+                    while not preclaimed and not await self.backend.claim_run(ref, active):  # noqa: ASYNC110
                         await asyncio.sleep(0.05)  # another instance still holds the slot
                     try:
                         await execute_run(
@@ -155,6 +168,10 @@ class RunManager:
                     slot.current = None
                     request.done.set()
         finally:
+            if slot.claimed is not None:  # its request was dropped before it could start
+                claimed, slot.claimed = slot.claimed, None
+                with contextlib.suppress(Exception):
+                    await self.backend.release_run(ref, claimed.run_id)
             slot.worker = None
             if not slot.queue and slot.current is None and not slot.lock.locked():
                 self._slots.pop(ref, None)

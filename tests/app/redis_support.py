@@ -4,18 +4,30 @@ prefix (cleaned up afterwards), and a private ``redis-server`` for tests that st
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
+import orjson
+import uvicorn
 from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
 SHARED_REDIS_URL = os.environ.get("AGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -104,3 +116,199 @@ def private_redis() -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.close()
+
+
+# --- a slow OpenAI-compatible upstream that records disconnects -----------------------------
+
+
+class SlowUpstream:
+    """Streams ``chunks`` content deltas ``interval`` s apart; records each request's fate."""
+
+    def __init__(self, chunks: int = 400, interval: float = 0.05) -> None:
+        self.chunks = chunks
+        self.interval = interval
+        self.requests = 0
+        self.started = asyncio.Event()
+        self.disconnected = asyncio.Event()
+        self.disconnected_at: float | None = None
+        self.finished = 0
+        self.url = ""
+
+    async def handle(self, request: Request) -> Response:
+        await request.body()
+        self.requests += 1
+
+        async def stream() -> AsyncIterator[bytes]:
+            self.started.set()
+            try:
+                yield _chunk({"role": "assistant", "content": ""})
+                for i in range(self.chunks):
+                    yield _chunk({"content": f"w{i} "})
+                    await asyncio.sleep(self.interval)
+                yield _chunk({}, "stop")
+                yield b"data: [DONE]\n\n"
+                self.finished += 1
+            except BaseException:
+                self.disconnected_at = time.monotonic()
+                self.disconnected.set()
+                raise
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "id": "chatcmpl-slow",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "mock-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+@contextlib.asynccontextmanager
+async def serve_slow_upstream(
+    chunks: int = 400, interval: float = 0.05
+) -> AsyncIterator[SlowUpstream]:
+    mock = SlowUpstream(chunks, interval)
+    app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    mock.url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        yield mock
+    finally:
+        server.should_exit = True
+        await task
+
+
+# --- gateway instances in their own processes ------------------------------------------------
+
+
+class GatewayProcess:
+    """``python -m tests.app.redis_support`` serving the gateway with the Redis backend."""
+
+    def __init__(
+        self,
+        name: str,
+        redis_url: str,
+        prefix: str,
+        *,
+        lease_ttl: float = 1.0,
+        upstream_url: str = "",
+        snapshot_every: int = 200,
+        max_len: int = 10000,
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        self.args = [
+            sys.executable, "-m", "tests.app.redis_support",
+            "--port", str(self.port), "--redis-url", redis_url, "--prefix", prefix,
+            "--lease-ttl", str(lease_ttl), "--upstream", upstream_url,
+            "--snapshot-every", str(snapshot_every), "--max-len", str(max_len),
+            "--instance", name,
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix=f"agw-{name}-", suffix=".log")[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        root = Path(__file__).resolve().parents[2]
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(self.args, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+
+    async def wait_ready(self, within: float = 30.0) -> None:
+        deadline = time.monotonic() + within
+        async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                assert self.proc is not None and self.proc.poll() is None, self.output()
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get("/readyz")).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"gateway {self.name} did not become ready:\n{self.output()}")
+
+    def kill(self) -> None:
+        """``kill -9``: no drain, no lease release, nothing."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def close(self) -> None:
+        self.stop()
+        self.log_path.unlink(missing_ok=True)
+
+
+def _serve(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--lease-ttl", type=float, default=1.0)
+    parser.add_argument("--upstream", default="")
+    parser.add_argument("--snapshot-every", type=int, default=200)
+    parser.add_argument("--max-len", type=int, default=10000)
+    parser.add_argument("--instance", default="")
+    args = parser.parse_args(argv)
+
+    from app.backends.redis import RedisBackend, redis_client
+    from app.config import Settings
+    from app.factory import create_app
+    from app.server import GatewayServer
+    from tests.app.scripted_provider import ScriptedProvider
+
+    providers: dict[str, Any] = {}
+    if args.upstream:
+        providers["slow"] = {"kind": "openai-chat", "url": args.upstream, "model": "mock-model"}
+    settings = Settings(
+        gateway={
+            "backend": "redis",
+            "redis_url": args.redis_url,
+            "lease_ttl_seconds": args.lease_ttl,
+            "snapshot_every": args.snapshot_every,
+            "event_log_max_len": args.max_len,
+            "heartbeat_seconds": 1,
+            "shutdown_grace_seconds": 1,
+            "log_format": "text",
+        },
+        providers=providers,
+    )
+    backend = RedisBackend(
+        redis_client(args.redis_url),
+        event_log_max_len=args.max_len,
+        snapshot_every=args.snapshot_every,
+        lease_ttl_seconds=args.lease_ttl,
+        key_prefix=args.prefix,
+        instance_id=f"{args.instance or 'gw'}-{os.getpid()}",
+    )
+    app = create_app(settings, providers={"demo": ScriptedProvider()}, backend=backend)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
+    )
+    GatewayServer(config).run()
+
+
+if __name__ == "__main__":
+    _serve()

@@ -504,11 +504,11 @@ class RedisBackend(Backend):
         after: str,
         *,
         limit: int,
-        timeout: float,  # noqa: ASYNC109
+        wait: float,
     ) -> ReadResult:
         keys = self.keys(ref)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, timeout)
+        deadline = loop.time() + max(0.0, wait)
         with _unavailable():
             reader = await self.hub.acquire(keys)
             try:
