@@ -85,4 +85,4 @@ async def follow(
                 if spec.until_run is not None and entry.run_id == spec.until_run:
                     return
                 if spec.until_idle and not runs.is_busy(ref, excluding=entry.run_id):
-                    return
+                    stop_at_head = True  # deliver what is already logged, then close

@@ -27,8 +27,10 @@ __all__ = ["RunningGateway", "launch", "make_settings"]
 
 
 def make_settings(**sections: Mapping[str, Any]) -> Settings:
-    """Settings from plain section dicts, ignoring the environment's config file."""
-    return Settings(**{name: dict(values) for name, values in sections.items()})
+    """Settings from plain section dicts (a short shutdown grace unless one is given)."""
+    data = {name: dict(values) for name, values in sections.items()}
+    data.setdefault("gateway", {}).setdefault("shutdown_grace_seconds", 0.2)
+    return Settings(**data)
 
 
 @dataclass

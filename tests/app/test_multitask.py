@@ -1,0 +1,83 @@
+"""Multitask policies: reject (409), interrupt (run.cancelled then the new run), enqueue (FIFO)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, wait_state
+from tests.app.scripted_provider import ScriptedProvider
+
+KEY = "mt"
+RUNS = f"/v1/conversations/{KEY}/runs"
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> RunningGateway:
+    settings = make_settings(gateway={"enqueue_max": 1})
+    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+
+
+async def test_reject_is_409_run_in_progress(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "sleep:30")
+        response = await client.post(RUNS, json={"input": {"prompt": "x"}})
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "run_in_progress"
+        explicit = await client.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
+        assert explicit.status_code == 409
+
+
+async def test_interrupt_cancels_the_active_run_then_starts(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        first = await start_run(client, KEY, "text:1 sleep:30")
+        await wait_state(client, KEY, lambda s: s["isRequesting"])
+        second = await start_run(client, KEY, "text:2", multitask="interrupt")
+        assert second["status"] == "started"
+        frames = await collect_sse(
+            client,
+            f"/v1/conversations/{KEY}/events",
+            params={"since": second["cursor"], "untilIdle": "true"},
+        )
+    events = events_of(frames)
+    terminals = [(e["runId"], e["type"]) for e in events if e["type"].startswith("run.")]
+    assert terminals == [
+        (first["runId"], "run.cancelled"),
+        (second["runId"], "run.started"),
+        (second["runId"], "run.completed"),
+    ]
+    cancelled = next(e for e in events if e["type"] == "run.cancelled")
+    assert cancelled["payload"]["reason"] == "interrupted"
+
+
+async def test_enqueue_runs_in_order_and_is_bounded(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        first = await start_run(client, KEY, "text:1 sleep:0.5")
+        second = await start_run(client, KEY, "text:1", multitask="enqueue")
+        assert second["status"] == "queued"
+        full = await client.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "enqueue"})
+        assert full.status_code == 429
+        assert full.json()["error"]["code"] == "queue_full"
+        assert full.headers["retry-after"]
+        frames = await collect_sse(
+            client,
+            f"/v1/conversations/{KEY}/events",
+            params={"since": first["cursor"], "untilIdle": "true"},
+        )
+    runs = [e["runId"] for e in events_of(frames) if e["type"] in ("run.started", "run.completed")]
+    assert runs == [first["runId"], first["runId"], second["runId"], second["runId"]]
+
+
+async def test_abort_of_a_queued_run_drops_it(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "sleep:0.5")
+        queued = await start_run(client, KEY, "text:1", multitask="enqueue")
+        response = await client.post(
+            f"/v1/conversations/{KEY}/abort", json={"runId": queued["runId"]}
+        )
+        assert response.status_code == 202
+        state = await wait_state(
+            client, KEY, lambda s: not s["isRequesting"] and len(s["agentState"]["runs"]) == 1
+        )
+        assert queued["runId"] not in state["agentState"]["runs"]
