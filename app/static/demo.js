@@ -152,6 +152,12 @@ const MAPS = { message: "messages", reasoning: "reasoning", tool: "toolCalls",
   approval: "approvals", task: "tasks", artifact: "artifacts" };
 
 function render() {
+  const stick = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 80;
+  renderState();
+  if (stick) timeline.scrollTop = timeline.scrollHeight;
+}
+
+function renderState() {
   const state = client.agentState;
   if (client.counters.snapshots !== renderedSnapshots) {
     renderedSnapshots = client.counters.snapshots;

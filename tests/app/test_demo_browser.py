@@ -1,0 +1,346 @@
+"""The demo page and gateway-client.js in a real browser (Debian's headless Chromium).
+
+Playwright drives the system Chromium (``executable_path``); Playwright's own browser download
+is not used. Skipped nowhere: ``.ci/run`` installs ``chromium`` when it is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+
+from core import create_agent_state, project_messages, reduce_agent_state
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import make_settings
+
+STATIC = Path(__file__).resolve().parents[2] / "app" / "static"
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+# -- the JS reducer port agrees with core's reducer --------------------------------------------
+
+_IDS = {
+    "message": ("messageId", ["m1", "m2"]),
+    "reasoning": ("reasoningId", ["r1"]),
+    "tool": ("toolCallId", ["t1", "t2"]),
+    "approval": ("approvalId", ["a1"]),
+    "task": ("taskId", ["k1"]),
+    "artifact": ("artifactId", ["f1"]),
+}
+
+
+def _payload(rng: random.Random, etype: str) -> dict[str, Any]:
+    family, _, action = etype.partition(".")
+    if family == "session":
+        return rng.choice([{}, {"title": "hello"}])
+    if family == "run":
+        return {
+            "started": lambda: rng.choice([{}, {"input": {"prompt": "p"}}]),
+            "completed": lambda: rng.choice(
+                [{}, {"output": {"stopReason": "end"}, "usage": {"inputTokens": 3}}]
+            ),
+            "failed": lambda: {"error": {"code": "upstream_error", "message": "boom"}},
+            "cancelled": lambda: rng.choice([{}, {"reason": "aborted"}]),
+        }[action]()
+    key, ids = _IDS[family]
+    p: dict[str, Any] = {key: rng.choice(ids)}
+    extra: dict[str, dict[str, Any]] = {
+        "message.started": {"role": rng.choice(["user", "assistant"])},
+        "message.delta": {"delta": rng.choice(["ab", "c", [{"type": "text", "text": "x"}], "🙂"])},
+        "message.completed": rng.choice([{}, {"content": "final"}]),
+        "reasoning.started": rng.choice([{}, {"redacted": True}]),
+        "reasoning.delta": {"delta": "think "},
+        "reasoning.completed": rng.choice([{}, {"summary": "s"}, {"content": "c"}]),
+        "tool.requested": {"name": "search", **rng.choice([{}, {"arguments": "{"}])},
+        "tool.arguments_delta": {"delta": '"q":1}'},
+        "tool.completed": rng.choice([{}, {"result": {"ok": True}}]),
+        "approval.requested": rng.choice([{}, {"description": "ok?", "risk": "high"}]),
+        "approval.resolved": {"decision": rng.choice(["approved", "rejected"])},
+        "task.created": {"title": "Index"},
+        "task.updated": rng.choice([{"progress": 0.5}, {"title": "T2"}, {}]),
+        "task.completed": rng.choice([{}, {"result": 1}]),
+        "artifact.created": {"name": "a.md", **rng.choice([{}, {"mediaType": "text/md"}])},
+        "artifact.updated": {"content": "v", **rng.choice([{}, {"version": 2}])},
+        "artifact.completed": rng.choice([{}, {"content": "done"}]),
+    }
+    p.update(extra.get(etype, {}))
+    if action == "failed":
+        p["error"] = {"message": "bad"}
+    if action == "cancelled":
+        p.update(rng.choice([{}, {"reason": "stop"}]))
+    return p
+
+
+_TYPES = [
+    "message.started",
+    "message.delta",
+    "message.completed",
+    "message.failed",
+    "message.cancelled",
+    "reasoning.started",
+    "reasoning.delta",
+    "reasoning.completed",
+    "reasoning.cancelled",
+    "tool.requested",
+    "tool.arguments_delta",
+    "tool.running",
+    "tool.completed",
+    "tool.failed",
+    "approval.requested",
+    "approval.resolved",
+    "task.created",
+    "task.updated",
+    "task.completed",
+    "task.cancelled",
+    "artifact.created",
+    "artifact.updated",
+    "artifact.completed",
+    "artifact.failed",
+]
+
+
+def _random_stream(rng: random.Random) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    seqs: dict[str, int] = {}
+    for _ in range(rng.randint(5, 60)):
+        if events and rng.random() < 0.05:
+            events.append(rng.choice(events))  # a redelivered event
+            continue
+        run = rng.choice(["run_a", "run_b", "run_🙂"])
+        roll = rng.random()
+        if roll < 0.08:
+            etype = "session.started"
+        elif roll < 0.2:
+            etype = "run.started"
+        elif roll < 0.27:
+            etype = rng.choice(["run.completed", "run.failed", "run.cancelled"])
+        else:
+            etype = rng.choice(_TYPES)
+        seq = seqs.get(run, -1) + (1 if rng.random() < 0.9 else rng.randint(-2, 3))
+        seq = max(seq, 0)
+        seqs[run] = max(seqs.get(run, -1), seq)
+        events.append(
+            {
+                "protocolVersion": "0.1",
+                "type": etype,
+                "eventId": f"{run}:{seq}:{etype}:{rng.randint(0, 3)}",
+                "sessionId": rng.choice(["ses_1"] * 9 + ["ses_2"]),
+                "runId": run,
+                "sequence": seq,
+                "timestamp": 1000 + len(events),
+                "payload": _payload(rng, etype),
+            }
+        )
+    return events
+
+
+def _issue_keys(state: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(i["code"], i["eventId"], i["runId"]) for i in state["issues"]]
+
+
+async def test_js_reducer_agrees_with_core(browser: Browser) -> None:
+    rng = random.Random(20260107)
+    streams = [_random_stream(rng) for _ in range(300)]
+    page = await browser.new_page()
+    source = (STATIC / "gateway-client.js").read_bytes()
+    module_url = "data:text/javascript;base64," + base64.b64encode(source).decode()
+    results = await page.evaluate(
+        """async ([url, streams]) => {
+            const m = await import(url);
+            return streams.map((events) => {
+                const state = m.createInitialState();
+                for (const e of events) m.applyEvent(state, e);
+                return JSON.stringify({ state, messages: m.projectMessages(state),
+                                        requesting: m.anyRunRunning(state) });
+            });
+        }""",
+        [module_url, streams],
+    )
+    accepted_total = 0
+    for events, raw in zip(streams, results, strict=True):
+        js = json.loads(raw)
+        state = create_agent_state()
+        for event in events:
+            state = reduce_agent_state(state, event)
+        py = json.loads(json.dumps(state))
+        js_state = js["state"]
+        issues = _issue_keys(py)
+        assert _issue_keys(js_state) == issues, events
+        # issue messages are free text; everything else must be equal
+        js_state.pop("issues")
+        py.pop("issues")
+        assert js_state == py, events
+        assert js["messages"] == json.loads(json.dumps(project_messages(state)))
+        assert js["requesting"] == any(r["status"] == "running" for r in state["runs"].values())
+        accepted_total += len(py["processedEventIds"]) - len(issues)
+    assert accepted_total > 1000  # the streams exercise the accept paths, not only rejections
+
+
+# -- the demo page against a real gateway -------------------------------------------------------
+
+ARTIFACT = Path(__file__).resolve().parents[2] / "artifacts" / "demo.png"
+KEY = "browser-e2e"
+STREAMING_VISIBLE = """() => {
+    const el = document.querySelector(
+        '.message.role-assistant[data-status=streaming] [data-testid=message-content]');
+    return !!el && el.textContent.length > 0
+        && document.getElementById('run-status').textContent === 'running';
+}"""
+
+
+async def _send(page: Page, prompt: str) -> None:
+    await page.get_by_test_id("prompt").fill(prompt)
+    await page.get_by_test_id("send").click()
+
+
+def _last(page: Page, selector: str) -> Locator:
+    return page.locator(selector).last
+
+
+async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGateway) -> None:
+    settings = make_settings(
+        gateway={"default_provider": "demo"},
+        providers={
+            "demo": {"kind": "local-demo", "delay_ms": 50},
+            "second": {"kind": "local-demo", "delay_ms": 10},
+        },
+    )
+    gw = await start_gateway(settings)
+    page = await browser.new_page(viewport={"width": 1100, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"{gw.url}/?c={KEY}")
+    run_status = page.get_by_test_id("run-status")
+    await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "open")
+    await expect(page.get_by_test_id("provider-select")).to_have_value("demo")
+
+    # 1. streaming text is visible while the run is still running; reasoning, task, artifact
+    await _send(page, "think about a task and an artifact")
+    await page.wait_for_function(STREAMING_VISIBLE, timeout=15_000)
+    await expect(run_status).to_have_text("completed", timeout=20_000)
+    reasoning = _last(page, "[data-testid=reasoning]")
+    await expect(reasoning).to_have_attribute("data-status", "completed")
+    assert await reasoning.evaluate("el => el.open") is False  # collapsed until clicked
+    await reasoning.locator("summary").click()
+    await expect(reasoning.locator("pre")).to_contain_text("Let me work out")
+    await expect(_last(page, "[data-testid=task-progress]")).to_have_attribute("value", "100")
+    await expect(_last(page, "[data-testid=artifact-content]")).to_have_text("# Report v3")
+
+    # 2. approve an approval: the run continues and completes
+    await _send(page, "please approve the deploy")
+    approve = _last(page, "[data-testid=approval]").get_by_test_id("approve")
+    await expect(approve).to_be_visible(timeout=15_000)
+    await expect(run_status).to_have_text("running")
+    await approve.click()
+    await expect(_last(page, "[data-testid=approval-decision]")).to_have_text(
+        "decision: approved", timeout=10_000
+    )
+    await expect(run_status).to_have_text("completed", timeout=15_000)
+    await expect(_last(page, ".message.role-assistant")).to_contain_text("Deployed as approved.")
+
+    # 3. submit the result of a tool the app executes
+    await _send(page, "what is the weather")
+    form = _last(page, "[data-testid=tool-result-form]")
+    await expect(form).to_be_visible(timeout=15_000)
+    await form.get_by_test_id("tool-result-input").fill('{"tempC": 21, "sky": "clear"}')
+    await form.get_by_test_id("tool-result-submit").click()
+    tool = _last(page, ".entity.tool")
+    await expect(tool).to_have_attribute("data-status", "completed", timeout=10_000)
+    await expect(tool.get_by_test_id("tool-result")).to_contain_text('"tempC": 21')
+    await expect(form).to_be_hidden()
+    await expect(run_status).to_have_text("completed", timeout=15_000)
+    await expect(_last(page, ".message.role-assistant")).to_contain_text("weather tool answered")
+
+    # 4. a slow run: kill the SSE connection, resume without duplicates, then stop it
+    await _send(page, "slow please")
+    await page.wait_for_function(STREAMING_VISIBLE, timeout=15_000)
+    last_text = _last(page, ".message.role-assistant [data-testid=message-content]")
+    before = len(await last_text.text_content() or "")
+    await page.get_by_test_id("kill-connection").click()
+    await expect(page.get_by_test_id("connection")).to_have_attribute(
+        "data-state", "resumed", timeout=10_000
+    )
+    await expect(page.get_by_test_id("connection")).to_contain_text("resumed")
+    await page.wait_for_function(
+        """(n) => {
+            const all = document.querySelectorAll(
+                '.message.role-assistant [data-testid=message-content]');
+            return all[all.length - 1].textContent.length > n + 40;
+        }""",
+        arg=before,
+        timeout=15_000,
+    )
+    await page.get_by_test_id("stop").click()
+    await expect(run_status).to_have_text("cancelled", timeout=10_000)
+    await expect(_last(page, ".message.role-assistant")).to_have_attribute(
+        "data-status", "cancelled"
+    )
+    page_text = await last_text.text_content()
+    async with gw.client() as client:
+        state = (await client.get(f"/v1/conversations/{KEY}/state")).json()
+    server_text = state["messages"][-1]["message"]["content"]
+    assert page_text == server_text  # every delta exactly once across the reconnect
+    assert server_text.startswith("Streaming slowly, word by word. Streaming slowly")
+    counters = await page.evaluate("window.gatewayDebug.client.counters")
+    assert counters["duplicates"] == 0  # the server resumed after the cursor, no replays
+    assert counters["snapshots"] == 1  # resumed from the log, not from a fresh snapshot
+    assert counters["reconnects"] >= 1
+
+    # 5. switch provider: only the next request changes
+    await page.get_by_test_id("provider-select").select_option("second")
+    async with page.expect_request(lambda r: r.method == "POST" and "/runs" in r.url) as req:
+        await _send(page, "hello from the second provider")
+    assert json.loads((await req.value).post_data or "{}")["provider"] == "second"
+    await expect(run_status).to_have_text("completed", timeout=15_000)
+    await expect(_last(page, ".message.role-assistant")).to_contain_text(
+        "You said: hello from the second provider."
+    )
+    await expect(page.get_by_test_id("conversation-key")).to_have_value(KEY)
+    await expect(page.locator("section.run")).to_have_count(5)
+
+    # 6. the same page over WebSocket
+    await page.get_by_test_id("transport-select").select_option("ws")
+    await expect(page.get_by_test_id("connection")).to_contain_text("WS")
+    await _send(page, "think over the websocket")
+    await expect(page.locator("section.run")).to_have_count(6, timeout=10_000)
+    await expect(run_status).to_have_text("completed", timeout=20_000)
+    await expect(_last(page, ".message.role-assistant")).to_contain_text(
+        "You said: think over the websocket."
+    )
+    await expect(page.get_by_test_id("issue-count")).to_have_text("0")
+
+    # The timeline scrolls inside the page: grow the viewport so the screenshot shows it all.
+    height = await page.evaluate(
+        """() => { const t = document.getElementById('timeline');
+                   return document.body.clientHeight - t.clientHeight + t.scrollHeight; }"""
+    )
+    await page.set_viewport_size({"width": 1100, "height": min(int(height) + 8, 8000)})
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ARTIFACT))
+    assert errors == []
