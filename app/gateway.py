@@ -37,7 +37,7 @@ class Gateway:
         self.backend: Backend = InstrumentedBackend(  # type: ignore[assignment]
             backend or create_backend(settings), self.metrics
         )
-        self.runs = RunManager(self.backend, self.catalog, settings)
+        self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None

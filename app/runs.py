@@ -18,6 +18,7 @@ from app.backends import Backend, ConversationMeta, ConversationRef
 from app.config import Settings
 from app.errors import ApiError
 from app.ids import new_run_id, new_session_id
+from app.metrics import GatewayMetrics
 from app.provider_catalog import ProviderCatalog
 from app.run_exec import ActiveRun, RunRequest, execute_run, title_of
 
@@ -46,10 +47,17 @@ class Submission:
 
 
 class RunManager:
-    def __init__(self, backend: Backend, catalog: ProviderCatalog, settings: Settings) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        catalog: ProviderCatalog,
+        settings: Settings,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
         self.backend = backend
         self.catalog = catalog
         self.settings = settings
+        self.metrics = metrics
         self.shutting_down = False
         self._slots: dict[ConversationRef, _Slot] = {}
 
@@ -158,7 +166,13 @@ class RunManager:
                         await asyncio.sleep(0.05)  # another instance still holds the slot
                     try:
                         await execute_run(
-                            self.backend, self.catalog, self.settings, ref, request, active
+                            self.backend,
+                            self.catalog,
+                            self.settings,
+                            ref,
+                            request,
+                            active,
+                            self.metrics,
                         )
                     finally:
                         await self.backend.release_run(ref, request.run_id)
