@@ -91,7 +91,22 @@ def add_validate_command(subparsers: Any) -> None:
     add(subparsers)
 
 
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_replay_command, add_validate_command]
+def add_gateway_commands(subparsers: Any) -> None:
+    from app.cli_gateway import (
+        add_check_config_command,
+        add_openapi_command,
+        add_serve_command,
+    )
+
+    for add in (add_serve_command, add_check_config_command, add_openapi_command):
+        add(subparsers)
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_replay_command,
+    add_validate_command,
+    add_gateway_commands,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
