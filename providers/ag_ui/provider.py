@@ -105,9 +105,8 @@ class AguiProvider(ProviderBase):
         )
         run.response = UpstreamResponse()
         ctx.scratch["ag-ui.normalizer"] = AguiNormalizer()
-        if self.max_event_bytes is None:
-            return UpstreamRequest(self.url, body, self.headers)
-        return UpstreamRequest(self.url, body, self.headers, max_event_bytes=self.max_event_bytes)
+        limit = self.max_event_bytes or ctx.options.max_upstream_event_bytes
+        return UpstreamRequest(self.url, body, self.headers, max_event_bytes=limit)
 
     async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> UpstreamRequest:
         return self._request(ctx, None)
