@@ -329,6 +329,7 @@ class TextFormatter(logging.Formatter):
 
 
 _HANDLER_MARK: Final = "_agent_gateway_handler"
+_PAYLOAD_LOGGERS: Final = ("sse_starlette", "httpcore", "httpx", "websockets", "hpack")
 
 
 def configure_logging(
@@ -365,6 +366,10 @@ def configure_logging(
     access = logging.getLogger("uvicorn.access")
     access.handlers.clear()
     access.propagate = False
+    # Libraries whose debug lines carry payloads (SSE chunks, HTTP bodies): content unless
+    # log_content, so they stay at WARNING then.
+    for name in _PAYLOAD_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if log_content else logging.WARNING)
     return handler
 
 

@@ -14,6 +14,7 @@ so the run loop needs one call per event.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -113,6 +114,8 @@ ERROR_CODES: Final = frozenset(
         "provider_error",
     }
 )
+
+_run_log = logging.getLogger("agent_gateway.runs")
 
 _LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _RUN_BUCKETS: Final = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -313,7 +316,16 @@ class RunTracker:
     stopped without a terminal (e.g. the task was torn down) as ``failed``.
     """
 
-    __slots__ = ("_abort_at", "_ended", "_first_seen", "_m", "_provider", "_started_at")
+    __slots__ = (
+        "_abort_at",
+        "_ended",
+        "_error_code",
+        "_error_message",
+        "_first_seen",
+        "_m",
+        "_provider",
+        "_started_at",
+    )
 
     def __init__(self, metrics: GatewayMetrics, provider: str) -> None:
         self._m = metrics
@@ -322,8 +334,11 @@ class RunTracker:
         self._first_seen = False
         self._abort_at: float | None = None
         self._ended = False
+        self._error_code: str | None = None
+        self._error_message: str | None = None
         metrics.runs_started.labels(provider).inc()
         metrics.active_runs.labels(provider).inc()
+        _run_log.info("run started")
 
     @property
     def ended(self) -> bool:
@@ -345,7 +360,10 @@ class RunTracker:
                 payload = event.get("payload")
                 error = payload.get("error") if isinstance(payload, Mapping) else None
                 code = error.get("code") if isinstance(error, Mapping) else None
-                self._m.upstream_errors.labels(self._provider, self._m.error_label(code)).inc()
+                self._error_code = self._m.error_label(code)
+                message = error.get("message") if isinstance(error, Mapping) else None
+                self._error_message = message if isinstance(message, str) else None
+                self._m.upstream_errors.labels(self._provider, self._error_code).inc()
             self._end(outcome)
 
     def abort_requested(self) -> None:
@@ -392,6 +410,15 @@ class RunTracker:
         )
         if self._abort_at is not None and outcome == "cancelled":
             m.abort_latency.labels(self._provider).observe(now - self._abort_at)
+        extra: dict[str, Any] = {
+            "outcome": outcome,
+            "duration_ms": round((now - self._started_at) * 1000, 1),
+        }
+        if self._error_code is not None:
+            extra["error_code"] = self._error_code
+            # Scrubbed of secrets by the log formatter (app/logs.py), like every field.
+            extra["error_message"] = (self._error_message or "")[:500]
+        _run_log.info("run %s", outcome, extra=extra)
 
 
 class InstrumentedBackend:

@@ -6,14 +6,15 @@ import asyncio
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.logs import (
@@ -24,6 +25,9 @@ from app.logs import (
     current_log_context,
     log_context,
 )
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 
 SECRET = "sk-test-VERYSECRET-0123456789"
 TOKEN = "tok-alice-4f2b9c"
@@ -167,3 +171,115 @@ async def test_middleware_binds_request_id_and_logs_without_query(stream: io.Str
     assert inside[0]["conversation"] == "conv-9"
     assert access[0]["status"] == 200 and access[0]["path"] == "/v1/conversations/conv-9/events"
     assert TOKEN not in stream.getvalue()
+
+
+# -- a full gateway run with an upstream error: no secret in any log line -----------------------
+
+API_KEY = "sk-live-UPSTREAMKEY-9f8e7d6c5b4a"
+WEBHOOK = "whsec-gateway-77aa88bb"
+PROMPT = "my-private-prompt-words"
+
+
+def _upstream_app() -> Starlette:
+    """An OpenAI-style upstream that echoes the caller's key in its errors (as real ones do)."""
+    calls: list[int] = []
+
+    async def completions(request: Request) -> Response:
+        calls.append(1)
+        auth = request.headers.get("authorization", "")
+        if len(calls) == 1:
+            message = f"Incorrect API key provided: {auth}"
+            return JSONResponse({"error": {"message": message, "type": "auth"}}, 401)
+
+        async def stream() -> AsyncIterator[bytes]:
+            chunk = {"choices": [{"index": 0, "delta": {"content": "partial "}}]}
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+            error = {"error": {"message": f"key {auth} was revoked", "code": "revoked"}}
+            yield b"data: " + json.dumps(error).encode() + b"\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+async def test_no_secret_in_logs_across_a_run_with_upstream_errors(
+    start_gateway: StartGateway, log_format: str
+) -> None:
+    buf = io.StringIO()
+    handler = configure_logging(log_format, level=logging.DEBUG, stream=buf)
+    upstream = uvicorn.Server(
+        uvicorn.Config(_upstream_app(), host="127.0.0.1", port=0, log_level="warning")
+    )
+    upstream_task = asyncio.create_task(upstream.serve())
+    try:
+        while not upstream.started:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        port = upstream.servers[0].sockets[0].getsockname()[1]
+        settings = make_settings(
+            gateway={"default_provider": "openai"},
+            auth={"mode": "bearer", "tokens": {TOKEN: "alice"}},
+            webhooks={"secret": WEBHOOK},
+            providers={
+                "openai": {
+                    "kind": "openai-chat",
+                    "url": f"http://127.0.0.1:{port}/v1/chat/completions",
+                    "model": "gpt-test",
+                    "headers": {"Authorization": f"Bearer {API_KEY}"},
+                }
+            },
+        )
+        gw = await start_gateway(settings)
+        key = "secret-test"
+        async with gw.client(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            stream = asyncio.create_task(
+                collect_sse(
+                    client,
+                    f"/v1/conversations/{key}/events?access_token={TOKEN}",
+                    stop=lambda frames: (
+                        sum(e["type"] == "run.failed" for e in events_of(frames)) == 2
+                    ),
+                )
+            )
+            for _ in range(2):
+                await start_run(client, key, PROMPT)
+                await wait_state(client, key, lambda s: not s["isRequesting"])
+            frames = await asyncio.wait_for(stream, 10)
+            bad = await client.get("/v1/providers", headers={"Authorization": "Bearer wrong-x1y2"})
+            metrics = (await client.get("/metrics")).text
+        assert bad.status_code == 401
+        failures = [e for e in events_of(frames) if e["type"] == "run.failed"]
+        assert [f["payload"]["error"]["code"] for f in failures] == [
+            "upstream_http_error",
+            "upstream_error",
+        ]
+        assert 'code="upstream_http_error",provider="openai"' in metrics
+    finally:
+        await gw.stop()
+        upstream.should_exit = True
+        await upstream_task
+        logging.getLogger().removeHandler(handler)
+    out = buf.getvalue()
+    assert out, "nothing was logged"
+    # the upstream's echo of the key reached a log line (run failed, error_message) ...
+    assert "was revoked" in out
+    # ... and no secret, nor the prompt, is in any line
+    for secret in (API_KEY, TOKEN, WEBHOOK, PROMPT):
+        assert secret not in out, secret
+    # the records carry their context
+    if log_format == "json":
+        records = lines(buf)
+        ended = [
+            r
+            for r in records
+            if r.get("logger") == "agent_gateway.runs" and r["msg"] == "run failed"
+        ]
+        assert len(ended) == 2
+        assert {r["provider"] for r in ended} == {"openai"}
+        assert all(r["conversation"] == key and r["run_id"].startswith("run_") for r in ended)
+        assert all("request_id" in r for r in ended)
+        assert [r["error_code"] for r in ended] == ["upstream_http_error", "upstream_error"]
+        access = [r for r in records if r.get("logger") == "agent_gateway.access"]
+        assert any(r["path"].endswith("/events") for r in access)
+    else:
+        assert "run failed" in out and "provider=openai" in out

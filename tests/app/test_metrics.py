@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import OTHER, GatewayMetrics, LabelGuard
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 
 
 class FakeClock:
@@ -194,3 +198,89 @@ async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
     )
     assert sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="read") == 1
     assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="read") is None
+
+
+# -- /metrics of a real gateway --------------------------------------------------------------
+
+
+def _scrape(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_gateway_metrics_endpoint(start_gateway: StartGateway) -> None:
+    settings = make_settings(providers={"demo": {"kind": "local-demo", "delay_ms": 1}})
+    gw = await start_gateway(settings)
+    key = "metrics-conversation-key"
+    async with gw.client() as client:
+        stream = asyncio.create_task(
+            collect_sse(
+                client,
+                f"/v1/conversations/{key}/events",
+                stop=lambda frames: (
+                    sum(
+                        e["type"].startswith("run.") and e["type"] != "run.started"
+                        for e in events_of(frames)
+                    )
+                    == 3
+                ),
+            )
+        )
+        await asyncio.sleep(0.3)
+        during = _scrape((await client.get("/metrics")).text)
+        assert _value(during, "agent_gateway_subscribers", transport="sse") == 1
+
+        await start_run(client, key, "hello")
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        await start_run(client, key, "fail please")
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        answer = await start_run(client, key, "slow")
+        await wait_state(client, key, lambda s: len(s["messages"]) >= 6)
+        abort = await client.post(f"/v1/conversations/{key}/abort", json={})
+        assert abort.status_code == 202
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        await asyncio.wait_for(stream, 10)
+        for _ in range(100):  # the server notices the closed stream shortly after
+            response = await client.get("/metrics")
+            if _value(_scrape(response.text), "agent_gateway_subscribers", transport="sse") == 0:
+                break
+            await asyncio.sleep(0.05)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    m = _scrape(text)
+    assert _value(m, "agent_gateway_runs_started_total", provider="demo") == 3
+    for outcome in ("completed", "failed", "cancelled"):
+        assert _value(m, "agent_gateway_runs_ended_total", provider="demo", outcome=outcome) == 1
+    assert _value(m, "agent_gateway_active_runs", provider="demo") == 0
+    assert _value(m, "agent_gateway_events_total", type="run.started") == 3
+    assert _value(m, "agent_gateway_events_total", type="session.started") == 1
+    assert _value(m, "agent_gateway_events_total", type="message.delta") > 10
+    assert (
+        _value(m, "agent_gateway_upstream_errors_total", provider="demo", code="upstream_error")
+        == 1
+    )
+    assert _value(m, "agent_gateway_time_to_first_event_seconds_count", provider="demo") == 3
+    assert (
+        _value(m, "agent_gateway_run_duration_seconds_count", provider="demo", outcome="completed")
+        == 1
+    )
+    assert _value(m, "agent_gateway_abort_latency_seconds_count", provider="demo") == 1
+    assert _value(m, "agent_gateway_abort_latency_seconds_sum", provider="demo") < 5
+    assert (
+        _value(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="append_event")
+        > 10
+    )
+    assert _value(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 0
+    assert _value(m, "agent_gateway_subscribers", transport="sse") == 0
+    assert answer["runId"] not in text
+    assert key not in text  # never the conversation key as a label value
