@@ -28,6 +28,10 @@ class MockUpstream:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
+    #: seconds between two frames (a slow upstream)
+    delay: float = 0.0
+    #: responses whose stream was closed by the client before its last frame
+    disconnects: int = 0
 
     async def handle(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
@@ -39,16 +43,24 @@ class MockUpstream:
         frames = script(body) if callable(script) else script
 
         async def stream() -> AsyncIterator[bytes]:
-            for frame in frames:
-                yield frame.encode()
-                await asyncio.sleep(0)
+            sent = 0
+            try:
+                for frame in frames:
+                    yield frame.encode()
+                    sent += 1
+                    await asyncio.sleep(self.delay)
+            finally:
+                if sent < len(frames):
+                    self.disconnects += 1
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
 @asynccontextmanager
-async def serve_mock(responses: Sequence[Frames | Responder]) -> AsyncIterator[MockUpstream]:
-    mock = MockUpstream(list(responses))
+async def serve_mock(
+    responses: Sequence[Frames | Responder], *, delay: float = 0.0
+) -> AsyncIterator[MockUpstream]:
+    mock = MockUpstream(list(responses), delay=delay)
     app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)

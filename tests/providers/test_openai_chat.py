@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -206,3 +207,19 @@ def test_usage_normalisation_and_decoding() -> None:
     )
     assert groq.usage is not None and normalise_openai_usage(groq.usage)["totalTokens"] == 7
     assert decode_chunk("[DONE]").done
+
+
+async def test_abort_mid_stream_cancels_and_closes_the_upstream() -> None:
+    frames = openai_frames(text="a long answer " * 20)
+    async with serve_mock([frames], delay=0.05) as mock:
+        provider = OpenAIChatProvider(url=mock.url)
+        events = await run_collect(
+            provider, {"prompt": "x"}, abort_when=lambda evs: evs[-1]["type"] == "message.delta"
+        )
+        for _ in range(100):
+            if mock.disconnects:
+                break
+            await asyncio.sleep(0.02)
+    assert [e["type"] for e in events][-2:] == ["message.cancelled", "run.cancelled"]
+    assert terminal(events)["payload"]["reason"] == "aborted"
+    assert mock.disconnects == 1
