@@ -47,12 +47,24 @@ def _chunk_type(chunk: Any) -> str | None:
     return rest.split('"', 1)[0]
 
 
+def _lines(file: Path) -> list[str]:
+    return [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _json_or_text(line: str) -> Any:
+    """A parsed line, or the line itself: the provider then reports the malformed payload."""
+    try:
+        return load_jsonl_objects(line)[0]
+    except ValueError:
+        return line
+
+
 def recorded_turns(path: str | Path, kind: str) -> list[list[Any]]:
     """The recording of ``kind`` as a list of upstream turns (one chunk list per request)."""
     dialect = DIALECT_OF_KIND.get(kind)
     file = Path(path)
     if dialect == "ag-ui" and file.suffix in (".jsonl", ".ndjson"):
-        chunks: list[Any] = load_jsonl_objects(file.read_text(encoding="utf-8"))
+        chunks: list[Any] = [_json_or_text(line) for line in _lines(file)]
     elif dialect is not None:
         chunks = load_recorded_stream(file, dialect)
     else:

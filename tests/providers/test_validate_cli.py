@@ -86,3 +86,18 @@ def test_unreadable_file_and_unknown_kind(
     assert main(["validate", "--kind", "openai-chat", str(tmp_path / "missing.txt")]) == 2
     existing = FIXTURES / "anthropic" / "basic_response.txt"
     assert main(["validate", "--kind", "no-such-kind", str(existing)]) == 2
+
+
+def test_agui_line_that_is_not_json_fails_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    path = (
+        FIXTURES
+        / "ag-ui"
+        / "ag-ui-validate"
+        / "invalid"
+        / "AGUI502-payload-not-json"
+        / "stream.jsonl"
+    )
+    code, out = run_cli(capsys, "--kind", "ag-ui", str(path))
+    assert code == 0 and out["issues"] == []
+    (run,) = out["state"]["runs"].values()
+    assert run["error"]["details"]["rule"] == "AGUI502"
