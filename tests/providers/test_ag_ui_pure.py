@@ -144,3 +144,25 @@ def test_parse_uses_the_sdk_models() -> None:
         parse_agui_event({"type": "TOOL_CALL_START", "toolCallId": "c"})
     with pytest.raises(UpstreamProtocolError):
         parse_agui_event({"type": "AGUI_PING"})
+
+
+def test_public_surface_and_registration() -> None:
+    import providers.ag_ui as package
+    from providers.ag_ui import AguiProvider
+    from providers.registry import create_provider
+
+    assert sorted(package.__all__) == [
+        "AGUI_EXTENSIONS",
+        "AguiNormalizer",
+        "AguiProvider",
+        "JsonPatchError",
+        "apply_patch",
+        "build_run_agent_input",
+        "decode_agui_chunk",
+        "parse_agui_event",
+    ]
+    sse = create_provider("agent", "ag-ui", {"url": "http://x/agent"})
+    ws = create_provider("agent", "ag-ui", {"url": "ws://x/agent", "transport": "websocket"})
+    assert isinstance(sse, AguiProvider) and isinstance(ws, AguiProvider)
+    assert sse.capabilities.transports == ("sse",) and ws.capabilities.transports == ("websocket",)
+    assert sse.capabilities.extensions == ("agui.state", "agui.activity", "agui.custom")

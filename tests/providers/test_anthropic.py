@@ -157,3 +157,22 @@ async def test_mock_frames_round_trip() -> None:
         "totalTokens": 17,
     }
     assert terminal(events)["meta"]["usage"] == [{"input_tokens": 10, "output_tokens": 7}]
+
+
+def test_public_surface_and_registration() -> None:
+    import providers.anthropic_messages as package
+    from providers.registry import create_provider
+
+    assert sorted(package.__all__) == [
+        "ANTHROPIC_VERSION",
+        "AnthropicMessagesProvider",
+        "build_messages_request",
+        "normalise_anthropic_usage",
+    ]
+    provider = create_provider(
+        "claude",
+        "anthropic-messages",
+        {"url": "http://x/v1/messages", "headers": {"x-api-key": "k"}},
+    )
+    assert isinstance(provider, AnthropicMessagesProvider)
+    assert provider.headers == {"anthropic-version": "2023-06-01", "x-api-key": "k"}

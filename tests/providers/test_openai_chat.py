@@ -223,3 +223,22 @@ async def test_abort_mid_stream_cancels_and_closes_the_upstream() -> None:
     assert [e["type"] for e in events][-2:] == ["message.cancelled", "run.cancelled"]
     assert terminal(events)["payload"]["reason"] == "aborted"
     assert mock.disconnects == 1
+
+
+def test_public_surface_and_registration() -> None:
+    import providers.openai_chat as package
+    from providers.registry import create_provider
+
+    assert sorted(package.__all__) == [
+        "ChatChunk",
+        "OpenAIChatProvider",
+        "build_chat_request",
+        "decode_chunk",
+        "normalise_openai_usage",
+    ]
+    provider = create_provider(
+        "llm", "openai-chat", {"url": "http://x/v1/chat/completions", "model": "m"}
+    )
+    assert isinstance(provider, OpenAIChatProvider)
+    assert provider.capabilities.transports == ("sse",)
+    assert "tool.submit_result" in provider.capabilities.commands
