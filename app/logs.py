@@ -109,7 +109,7 @@ _PATTERNS: Final = (
 )
 _STANDARD_ATTRS: Final = frozenset(
     logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
-    | {"message", "asctime", "taskName"}
+    | {"message", "asctime", "taskName", "color_message"}
     | set(CONTEXT_FIELDS)
 )
 
@@ -373,13 +373,21 @@ def configure_logging(
     return handler
 
 
-def setup_logging(settings: Any, *, stream: IO[str] | None = None) -> logging.Handler:
+def setup_logging(
+    settings: Any, *, level: int | str = logging.INFO, stream: IO[str] | None = None
+) -> logging.Handler:
     """:func:`configure_logging` from gateway settings (``log_format``, ``log_content``)."""
     gateway = settings.gateway
     secrets = collect_secrets(settings)
     register_secrets(secrets)
+    if isinstance(level, str):
+        level = level.upper()
     return configure_logging(
-        gateway.log_format, log_content=gateway.log_content, secrets=secrets, stream=stream
+        gateway.log_format,
+        log_content=gateway.log_content,
+        level=level,
+        secrets=secrets,
+        stream=stream,
     )
 
 

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.gateway import Gateway
+from app.logs import setup_logging
 
 __all__ = ["GatewayServer", "serve"]
 
@@ -46,7 +47,17 @@ class GatewayServer(uvicorn.Server):
 
 def serve(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> None:
     """Run the app until SIGTERM/SIGINT (one process; scale out with the Redis backend)."""
+    gateway: Gateway = app.state.gateway
+    # Our JSON/text handler with redaction; log_config=None keeps uvicorn from installing its
+    # own handlers (its access log would print query strings, which may hold access_token).
+    setup_logging(gateway.settings, level=log_level)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, proxy_headers=True, lifespan="on"
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=None,
+        proxy_headers=True,
+        lifespan="on",
     )
     GatewayServer(config).run()

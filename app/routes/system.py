@@ -38,7 +38,7 @@ async def readyz(gateway: GatewayDep) -> Response:
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-async def metrics(gateway: GatewayDep) -> Response:
+async def metrics(gateway: GatewayDep, _principal: Principal) -> Response:
     return Response(gateway.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
 
