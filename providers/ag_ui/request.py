@@ -99,7 +99,7 @@ def build_run_agent_input(
         run_id=run_id,
         parent_run_id=parent_run_id,
         state=state,
-        messages=history_to_agui(history, f"{thread_id}:{run_id}"),
+        messages=history_to_agui(history, thread_id),  # position ids: stable across requests
         tools=tools_to_agui(tools),
         context=[dict(item) for item in context] if context else None,
         forwarded_props=forwarded_props,

@@ -215,6 +215,7 @@ async def test_agui_turn_two_carries_history_thread_and_state() -> None:
     assert one["threadId"] == two["threadId"] == "ses_test"
     assert (one["runId"], two["runId"]) == ("run_1", "run_2")
     assert "state" not in one and two["state"] == {"count": 1}
+    assert one["messages"][0]["id"] == two["messages"][0]["id"]  # stable message ids
     assert [(m["role"], m.get("content")) for m in two["messages"]] == [
         ("user", "Hello"),
         ("assistant", "Hi there!"),
