@@ -7,7 +7,8 @@ RUN_FINISHED of each request are never mapped twice. ``RUN_FINISHED`` with
 ``outcome: interrupt`` becomes one ``approval.requested`` per interrupt and the run stays open.
 Shared state (``STATE_SNAPSHOT`` / ``STATE_DELTA`` with JSON Patch) is the ``agui.state``
 extension, ``ACTIVITY_*`` is ``agui.activity``, ``CUSTOM`` / ``RAW`` are ``agui.custom``,
-``MESSAGES_SNAPSHOT`` and ``REASONING_ENCRYPTED_VALUE`` go to the provider transcript.
+``MESSAGES_SNAPSHOT`` goes to the provider transcript (and ``agui.messages``),
+``REASONING_ENCRYPTED_VALUE`` to the transcript.
 Violations of the AG-UI event rules (the ``ag-ui-validate`` errors) raise
 ``UpstreamProtocolError``, which fails the run with ``upstream_protocol_error``.
 """
@@ -368,7 +369,9 @@ def on_state_delta(run: AguiRun, ctx: RunContext, event: Any) -> None:
 
 
 def on_messages_snapshot(run: AguiRun, ctx: RunContext, event: Any) -> None:
-    ctx.transcript["messages"] = [_dump(message) for message in event.messages]
+    messages = [_dump(message) for message in event.messages]
+    ctx.transcript["messages"] = messages
+    ctx.extension("agui.messages", messages)
 
 
 def on_activity_snapshot(run: AguiRun, ctx: RunContext, event: Any) -> None:

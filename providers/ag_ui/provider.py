@@ -20,7 +20,7 @@ from providers.transports.sse import SSETransport
 
 __all__ = ["AGUI_EXTENSIONS", "AguiProvider", "decode_agui_chunk"]
 
-AGUI_EXTENSIONS = ("agui.state", "agui.activity", "agui.custom")
+AGUI_EXTENSIONS = ("agui.state", "agui.activity", "agui.custom", "agui.messages")
 _SCRATCH = "ag-ui"
 
 

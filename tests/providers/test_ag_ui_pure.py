@@ -165,4 +165,9 @@ def test_public_surface_and_registration() -> None:
     ws = create_provider("agent", "ag-ui", {"url": "ws://x/agent", "transport": "websocket"})
     assert isinstance(sse, AguiProvider) and isinstance(ws, AguiProvider)
     assert sse.capabilities.transports == ("sse",) and ws.capabilities.transports == ("websocket",)
-    assert sse.capabilities.extensions == ("agui.state", "agui.activity", "agui.custom")
+    assert sse.capabilities.extensions == (
+        "agui.state",
+        "agui.activity",
+        "agui.custom",
+        "agui.messages",
+    )

@@ -339,6 +339,10 @@ async def test_dart_event_sequences(name: str) -> None:
             "assistant": "First message",
             "system": "System message continues...",
         }
+    if name == "messages_snapshot_activity_reasoning":
+        seen = await _extensions_of([DART_EVENTS[name]])
+        (messages,) = [value for key, value in seen if key == "agui.messages"]
+        assert [m["role"] for m in messages] == ["user", "activity", "reasoning", "assistant"]
     if name == "text_message_chunk":
         assert assistant_texts(events) == ["Complete message in a single chunk"]
 
