@@ -67,14 +67,6 @@ class Text:
         return joined
 
 
-def _plain(value: Any) -> Any:
-    if type(value) is Text:
-        return value.value()
-    if type(value) is list:
-        return list(value)
-    return value
-
-
 def _internal_text(record: dict[str, Any], field: str) -> None:
     value = record.get(field)
     if isinstance(value, str):
@@ -309,7 +301,7 @@ class Engine:
             return self._reject(
                 event, ekey, "missing_run", msgs.msg_missing_run(event["runId"], event["type"])
             )
-        if run["sessionId"] != event["sessionId"]:
+        if run["sessionId"] != event["sessionId"]:  # pragma: no cover - rule 3 rejects first
             return self._reject(
                 event,
                 ekey,

@@ -98,10 +98,6 @@ _Problem = tuple[str, str] | None
 _Check = Callable[[dict[str, Any]], _Problem]
 
 
-def _is_record(value: object) -> bool:
-    return isinstance(value, dict)
-
-
 def _opt_str(p: dict[str, Any], key: str) -> _Problem:
     if key in p and not isinstance(p[key], str):
         return (f".{key}", _OPT_STR)

@@ -56,7 +56,7 @@ def _require_run(state: AgentState, event: Mapping[str, Any]) -> AgentState | No
         return _reject(
             state, event, "missing_run", msgs.msg_missing_run(event["runId"], event["type"])
         )
-    if run["sessionId"] != event["sessionId"]:
+    if run["sessionId"] != event["sessionId"]:  # pragma: no cover - rule 3 rejects first
         return _reject(
             state,
             event,
