@@ -10,6 +10,7 @@ Events travel as plain wire-form dicts (camelCase). Public surface:
 - ``core.projection``: ``project_messages``, ``is_requesting``
 - ``core.replay``: ``replay_jsonl``
 - ``core.schema``: ``agent_event_json_schema``
+- ``core.selectors``: ``select_agent_timeline``, ``select_running_runs``, ``parse_tool_arguments``…
 """
 
 from core.events import (
@@ -29,6 +30,14 @@ from core.projection import is_requesting, message_status, project_messages
 from core.reducer import reduce_agent_state
 from core.replay import ReplayResult, ReplayStopped, replay_jsonl
 from core.schema import agent_event_json_schema
+from core.selectors import (
+    parse_tool_arguments,
+    select_agent_timeline,
+    select_approval,
+    select_run,
+    select_running_runs,
+    select_tool_call,
+)
 from core.state import AgentState, create_agent_state
 from core.store import AgentStore, DispatchOutcome, StoreMode
 
@@ -57,9 +66,15 @@ __all__ = [
     "is_requesting",
     "message_status",
     "parse_event",
+    "parse_tool_arguments",
     "project_messages",
     "reduce_agent_state",
     "replay_jsonl",
+    "select_agent_timeline",
+    "select_approval",
+    "select_run",
+    "select_running_runs",
+    "select_tool_call",
     "utf16_len",
     "validate_event",
 ]
