@@ -14,6 +14,7 @@ from providers.ag_ui.request import build_run_agent_input
 from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
 from providers.contract import AgentEvent, AgentTransport, Command
+from providers.errors import UpstreamMalformedChunk
 from providers.model_calls import finish_run
 from providers.transports.request import UpstreamRequest
 from providers.transports.sse import SSETransport
@@ -60,7 +61,7 @@ class AguiProvider(ProviderBase):
         transport: AgentTransport | None = None,
         max_event_bytes: int | None = None,
     ) -> None:
-        transport = transport or SSETransport()
+        transport = transport or SSETransport(strict_fields=True)
         super().__init__(
             id, transport, standard_capabilities([transport.kind], extensions=AGUI_EXTENSIONS)
         )
@@ -150,6 +151,11 @@ class AguiProvider(ProviderBase):
                 tool_call_id,
                 {"code": f"approval_{decision}", "message": f"The call was {decision}."},
             )
+
+    def transform_error(self, error: BaseException, ctx: RunContext) -> list[AgentEvent]:
+        if isinstance(error, UpstreamMalformedChunk):  # SSE framing broken (strict transport)
+            error = violation("AGUI501", f"malformed SSE framing: {error.message}")
+        return super().transform_error(error, ctx)
 
     # -- chunks -------------------------------------------------------------------------------
 

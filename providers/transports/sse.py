@@ -22,6 +22,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from providers.errors import (
     UpstreamEventTooLarge,
     UpstreamHTTPError,
+    UpstreamMalformedChunk,
     body_excerpt,
     map_transport_errors,
 )
@@ -32,18 +33,21 @@ from providers.transports.request import UpstreamRequest
 __all__ = ["SSEParser", "SSETransport"]
 
 _ERROR_BODY_BYTES = 4096
+_SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 
 
 class SSEParser:
     """Incremental SSE parser over text pieces, bounded by ``max_event_bytes``."""
 
-    __slots__ = ("_decoder", "_lines", "_max", "_size")
+    __slots__ = ("_decoder", "_lines", "_max", "_size", "_strict")
 
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, *, strict_fields: bool = False) -> None:
         self._lines = SSELineDecoder()
         self._decoder = SSEDecoder()
         self._max = max_event_bytes
         self._size = 0
+        #: raise on a line whose field is not data/event/id/retry (the SSE spec ignores it)
+        self._strict = strict_fields
 
     def feed(self, text: str) -> list[ServerSentEvent]:
         out: list[ServerSentEvent] = []
@@ -64,6 +68,11 @@ class SSEParser:
         self._size = 0 if not line else self._size + len(line)
         if self._size > self._max:
             raise UpstreamEventTooLarge(self._max)
+        if self._strict and line and not line.startswith(":"):
+            if line.partition(":")[0] not in _SSE_FIELDS:
+                raise UpstreamMalformedChunk(
+                    "An SSE line has no known field (data, event, id, retry)."
+                )
         sse = self._decoder.decode(line)
         if sse is not None:
             out.append(sse)
@@ -78,7 +87,9 @@ class SSETransport:
         timeout_seconds: float | None = 60.0,
         idle_timeout_seconds: float | None = 60.0,
         client: httpx.AsyncClient | None = None,
+        strict_fields: bool = False,
     ) -> None:
+        self.strict_fields = strict_fields
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
         self._client = client
@@ -119,7 +130,7 @@ class SSETransport:
                     if not 200 <= response.status_code < 300:
                         excerpt = await _excerpt(response, request.headers.values())
                         raise UpstreamHTTPError(response.status_code, excerpt)
-                    parser = SSEParser(request.max_event_bytes)
+                    parser = SSEParser(request.max_event_bytes, strict_fields=self.strict_fields)
                     async for text in response.aiter_text():
                         stopper.check()
                         for event in parser.feed(text):

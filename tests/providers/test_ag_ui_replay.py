@@ -8,9 +8,9 @@ How each kind of file is replayed (fixtures README):
   tool: the result is submitted and a synthetic closing upstream run answers the continuation.
 - ``ag-ui-validate/invalid/*``: each ends with ``run.failed`` ``upstream_protocol_error`` when
   its rule is an error, or is accepted (``run.completed``) when it is a warning or info; the
-  ``scenario.json`` transport cases are replayed as their SSE text. AGUI501 is an error of the
-  SSE framing that the SSE decoder drops by the SSE spec (a line without a field), so the run is
-  accepted without the dropped event (``ACCEPTED_ERRORS``).
+  ``scenario.json`` transport cases are served as their SSE text by a loopback upstream and
+  read by the real SSE transport (AGUI501, a line without an SSE field, fails the run: the
+  ag-ui provider reads SSE with strict field checking).
 - Dart ``sse_streams.txt``: each ``##`` section is an SSE stream; complete runs replayed as
   they are, run-less fragments wrapped in a synthetic RUN_STARTED/RUN_FINISHED, and the
   "Malformed Examples" section parsed event by event (each event must be rejected).
@@ -40,6 +40,7 @@ from providers.recorded import load_jsonl_objects, parse_sse_text
 from providers.testing import make_options, run_collect
 from providers.transports import IterableTransport
 from providers.validator import validate_agent_provider_events
+from tests.providers.mock_upstreams import serve_mock
 from tests.providers.replay_helpers import (
     FIXTURES,
     assistant_texts,
@@ -54,7 +55,6 @@ VALIDATE = AGUI / "ag-ui-validate"
 SDKS = AGUI / "ag-ui" / "sdks"
 DART = SDKS / "community" / "dart" / "test" / "fixtures"
 DOTNET = SDKS / "dotnet" / "tests" / "AGUI.Abstractions.UnitTests" / "Compatibility" / "Fixtures"
-ACCEPTED_ERRORS = {"AGUI501"}
 
 RUN_STARTED = {"type": "RUN_STARTED", "threadId": "thread_x", "runId": "run_x"}
 RUN_FINISHED = {"type": "RUN_FINISHED", "threadId": "thread_x", "runId": "run_x"}
@@ -230,13 +230,22 @@ def _rule_dirs() -> list[Path]:
     return sorted(p for p in (VALIDATE / "invalid").iterdir() if p.is_dir())
 
 
-def _turns_of(case: Path) -> list[list[Any]]:
-    stream = case / "stream.jsonl"
-    if stream.exists():
-        # one raw payload per line (AGUI502's line is not JSON: keep it as the data string)
-        return [[line for line in stream.read_text().splitlines() if line.strip()]]
+def _stream_lines(case: Path) -> list[str]:
+    # one raw payload per line (AGUI502's line is not JSON: keep it as the data string)
+    return [line for line in (case / "stream.jsonl").read_text().splitlines() if line.strip()]
+
+
+async def _scenario_over_sse(case: Path) -> list[AgentEvent]:
+    """A transport scenario served as its SSE text by a loopback upstream (real SSE transport)."""
     scenario = json.loads((case / "scenario.json").read_text())
-    return [parse_sse_text("".join(chunk["text"] for chunk in scenario["chunks"]))]
+    frames = [chunk["text"] for chunk in scenario["chunks"]]
+    async with serve_mock([frames]) as mock:
+        provider = AguiProvider(url=mock.url)
+        events = await run_collect(
+            provider, {"prompt": "hi"}, options=make_options(wait_timeout_seconds=5)
+        )
+    assert validate_agent_provider_events(provider.capabilities, events) == []
+    return events
 
 
 @pytest.mark.parametrize("case", _rule_dirs(), ids=lambda p: p.name)
@@ -244,8 +253,11 @@ async def test_invalid_streams(case: Path) -> None:
     rule = case.name.split("-")[0]
     expected = json.loads((case / "expected.json").read_text())
     is_error = any(d["rule"] == rule and d["severity"] == "error" for d in expected)
-    events = await replay(_turns_of(case))
-    if is_error and rule not in ACCEPTED_ERRORS:
+    if (case / "stream.jsonl").exists():
+        events = await replay([_stream_lines(case)])
+    else:
+        events = await _scenario_over_sse(case)
+    if is_error:
         error = failure(events)
         assert error["code"] == "upstream_protocol_error"
         rules = {"AGUI303": "AGUI504", "AGUI508": "AGUI003"}  # reported by the schema / at EOF
