@@ -242,3 +242,27 @@ def test_public_surface_and_registration() -> None:
     assert isinstance(provider, OpenAIChatProvider)
     assert provider.capabilities.transports == ("sse",)
     assert "tool.submit_result" in provider.capabilities.commands
+
+
+async def test_explicit_input_messages_replace_the_history() -> None:
+    from providers.transports import IterableTransport
+
+    bodies: list[Any] = []
+
+    def source(request: Any, _signal: Any) -> list[Any]:
+        bodies.append(request.json)
+        return frames_to_chunks(openai_frames(text="ok"))
+
+    provider = OpenAIChatProvider(model="m", params={"temperature": 0})
+    provider.transport = IterableTransport(source, kind="sse")
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "before"}]
+    options = make_options(history=[{"role": "user", "content": "ignored"}])
+    events = await run_collect(
+        provider,
+        {"prompt": "now", "messages": history, "params": {"temperature": 0.5, "seed": 1}},
+        options=options,
+    )
+    assert terminal(events)["type"] == "run.completed"
+    (body,) = bodies
+    assert body["messages"] == [*history, {"role": "user", "content": "now"}]
+    assert body["temperature"] == 0.5 and body["seed"] == 1
