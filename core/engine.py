@@ -26,6 +26,8 @@ DUPLICATE: Final = 1
 REJECTED: Final = 2
 
 _MISSING: Any = object()
+#: Streamed text: every this many chunks, the newest ones are joined into one.
+_MERGE_EVERY: Final = 64
 _SET: Final = 0  # (0, container, key, old) -> restore old or delete
 _TRUNC: Final = 1  # (1, list, n) -> del list[n:]
 
@@ -437,10 +439,17 @@ class Engine:
         self._dirty[map_name][key] = None
 
     def _append_text(self, text: Text, delta: str) -> None:
+        chunks = text.chunks
         journal = self.journal
         if journal is not None:
-            journal.append((_TRUNC, text.chunks, len(text.chunks)))
-        text.chunks.append(delta)
+            journal.append((_TRUNC, chunks, len(chunks)))
+            chunks.append(delta)
+            return
+        chunks.append(delta)
+        if len(chunks) % _MERGE_EVERY == 0:
+            # Bound the per-chunk overhead: fold the last small chunks into one string
+            # (O(_MERGE_EVERY) every _MERGE_EVERY appends, so still O(1) per delta).
+            chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
 
     def _on_text_delta(
         self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any

@@ -302,3 +302,41 @@ def test_listener_exception_propagates_after_commit() -> None:
 def test_bad_mode() -> None:
     with pytest.raises(ValueError):
         AgentStore(mode="loose")  # type: ignore[arg-type]
+
+
+def test_long_streams_stay_exact_across_merges_snapshots_and_rollbacks() -> None:
+    events = EventFactory("s", "r")
+    store = AgentStore(mode="strict")
+    store.batch(
+        [
+            events.create("run.started", {}),
+            events.create("message.started", {"messageId": "m", "role": "assistant"}),
+            events.create("tool.requested", {"toolCallId": "t", "name": "n"}),
+        ]
+    )
+    expected_text = []
+    expected_args = []
+    for i in range(1000):
+        piece = f"{i},"
+        store.dispatch(events.create("message.delta", {"messageId": "m", "delta": piece}))
+        store.dispatch(events.create("tool.arguments_delta", {"toolCallId": "t", "delta": piece}))
+        expected_text.append(piece)
+        expected_args.append(piece)
+        if i % 97 == 0:
+            snapshot = store.get_snapshot()
+            assert snapshot["messages"][entity_key("r", "m")]["content"] == "".join(expected_text)
+        if i % 131 == 0:
+            with pytest.raises(AgentProtocolError):
+                store.batch(
+                    [
+                        *(
+                            events.create("message.delta", {"messageId": "m", "delta": "x"})
+                            for _ in range(70)
+                        ),
+                        events.create("message.delta", {"messageId": "zz", "delta": "x"}),
+                    ]
+                )
+    message = store.get_entity("message", "r", "m")
+    tool = store.get_entity("tool", "r", "t")
+    assert message is not None and message["content"] == "".join(expected_text)
+    assert tool is not None and tool["arguments"] == "".join(expected_args)
