@@ -42,6 +42,8 @@ class ChoiceDelta:
     segments: list[Segment] = field(default_factory=list)
     tool_calls: list[ToolCallDelta] = field(default_factory=list)
     finish_reason: str | None = None
+    #: OpenRouter ``reasoning_details`` items (signed / encrypted reasoning), kept for replay
+    reasoning_details: list[Any] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -101,6 +103,9 @@ def _choice(raw: Mapping[str, Any], position: int) -> ChoiceDelta:
     choice.segments.extend(_content_segments(delta.get("content")))
     if _text(delta.get("refusal")):
         choice.segments.append(Segment("refusal", delta["refusal"]))
+    details = delta.get("reasoning_details")
+    if isinstance(details, list):
+        choice.reasoning_details = details
     calls = delta.get("tool_calls")
     if isinstance(calls, list):
         choice.tool_calls = [

@@ -44,6 +44,7 @@ class ChoiceState:
     reasoning_id: str | None = None
     reasoning_count: int = 0
     finished: bool = False
+    reasoning_details: list[Any] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -77,10 +78,17 @@ class ModelCall:
         return meta
 
 
+def _details_meta(state: ChoiceState) -> dict[str, Any] | None:
+    if not state.reasoning_details:
+        return None
+    details, state.reasoning_details = state.reasoning_details, []
+    return {"reasoningDetails": details}
+
+
 def _close_reasoning(call: ModelCall, ctx: RunContext, index: int) -> None:
     state = call.choice(index)
     if state.reasoning_id is not None:
-        ctx.complete_reasoning(state.reasoning_id)
+        ctx.complete_reasoning(state.reasoning_id, meta=_details_meta(state))
         state.reasoning_id = None
 
 
@@ -168,7 +176,10 @@ def finish_choice(call: ModelCall, ctx: RunContext, index: int, reason: str | No
         call.finish_reasons[index] = reason
     _close_reasoning(call, ctx, index)
     if state.message_open:
-        ctx.complete_message(state.message_id, meta={"refusal": True} if state.refusal else None)
+        meta = _details_meta(state) or {}
+        if state.refusal:
+            meta["refusal"] = True
+        ctx.complete_message(state.message_id, meta=meta or None)
         state.message_open = False
     for (choice, _), tool in call.tools.items():
         if choice != index:
@@ -198,6 +209,7 @@ def apply_chunk(call: ModelCall, ctx: RunContext, chunk: ChatChunk) -> None:
     if chunk.usage is not None:
         call.usage = chunk.usage
     for choice in chunk.choices:
+        call.choice(choice.index).reasoning_details.extend(choice.reasoning_details)
         for segment in choice.segments:
             _dispatch(call, ctx, choice.index, segment)
         for delta in choice.tool_calls:

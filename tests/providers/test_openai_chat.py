@@ -266,3 +266,16 @@ async def test_explicit_input_messages_replace_the_history() -> None:
     (body,) = bodies
     assert body["messages"] == [*history, {"role": "user", "content": "now"}]
     assert body["temperature"] == 0.5 and body["seed"] == 1
+
+
+async def test_openrouter_reasoning_details_kept_in_meta() -> None:
+    detail = {"type": "reasoning.text", "text": "think", "signature": "sig", "index": 0}
+    events = await run_frames(
+        [
+            delta_chunk({"reasoning": "think", "reasoning_details": [detail]}),
+            delta_chunk({"content": "answer"}, "stop"),
+            "data: [DONE]\n\n",
+        ]
+    )
+    completed = next(e for e in events if e["type"] == "reasoning.completed")
+    assert completed["meta"] == {"reasoningDetails": [detail]}
