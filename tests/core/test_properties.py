@@ -16,8 +16,11 @@ from core import (
     DispatchOutcome,
     EventValidationError,
     create_agent_state,
+    dump_event,
+    parse_event,
     project_messages,
     reduce_agent_state,
+    validate_event,
 )
 from tests.core.naive import naive_fold
 from tests.core.strategies import any_streams, lifecycle_streams
@@ -175,3 +178,16 @@ def test_pure_reducer_never_mutates_its_input(events: list[Any]) -> None:
         nxt = reduce_agent_state(state, event)
         assert json.dumps(state, sort_keys=True) == frozen
         state = nxt
+
+
+@SETTINGS
+@given(any_streams())
+def test_parse_event_agrees_with_validate_event_and_round_trips(events: list[Any]) -> None:
+    for event in events:
+        error = validate_event(event)
+        if error is None:
+            assert dump_event(parse_event(event)) == event
+        else:
+            with pytest.raises(EventValidationError) as info:
+                parse_event(event)
+            assert (info.value.path, info.value.reason) == (error.path, error.reason)
