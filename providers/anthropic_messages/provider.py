@@ -12,7 +12,7 @@ from providers.anthropic_messages.request import build_messages_request, remembe
 from providers.anthropic_messages.usage import normalise_anthropic_usage
 from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
-from providers.contract import AgentEvent, AgentTransport
+from providers.contract import AgentEvent, AgentTransport, Command
 from providers.errors import UpstreamDropped, UpstreamMalformedChunk
 from providers.model_calls import add_usage, finish_run
 from providers.transports.request import UpstreamRequest
@@ -22,6 +22,9 @@ __all__ = ["ANTHROPIC_VERSION", "AnthropicMessagesProvider"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 _SCRATCH = "anthropic-messages"
+#: internal command: resend the paused assistant turn (``stop_reason: pause_turn``)
+CONTINUE_COMMAND = "anthropic.continue"
+MAX_PAUSE_CONTINUATIONS = 8
 
 
 def decode_event(chunk: Any) -> Mapping[str, Any]:
@@ -98,6 +101,11 @@ class AnthropicMessagesProvider(ProviderBase):
     async def prepare_continuation(self, ctx: RunContext) -> UpstreamRequest:
         return self._request(ctx)
 
+    def apply_command(self, command: Command, ctx: RunContext) -> bool:
+        if command.type == CONTINUE_COMMAND:
+            return True  # nothing to emit: the continuation request follows
+        return super().apply_command(command, ctx)
+
     def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
         handle_event(_state(ctx)["call"], ctx, decode_event(chunk))
 
@@ -120,6 +128,13 @@ class AnthropicMessagesProvider(ProviderBase):
     def flush(self, ctx: RunContext) -> list[AgentEvent]:
         if not ctx.ended:
             self.on_upstream_end(ctx)
+            state = _state(ctx)
+            paused = state["call"].stop_reason == "pause_turn" and not ctx.is_waiting()
+            if paused and state["pauses"] < MAX_PAUSE_CONTINUATIONS:
+                # a server tool loop was paused: continue it with the assistant turn so far
+                state["pauses"] += 1
+                ctx.options.commands.put_nowait(Command(CONTINUE_COMMAND, {}))
+                return ctx.take()
             if not ctx.is_waiting():
                 # a server tool whose result is still to come only ends with the run
                 finish_run(ctx, raw_usage=_state(ctx)["raw"])
@@ -128,6 +143,6 @@ class AnthropicMessagesProvider(ProviderBase):
 
 def _state(ctx: RunContext) -> dict[str, Any]:
     state: dict[str, Any] = ctx.scratch.setdefault(
-        _SCRATCH, {"calls": 0, "usage": None, "raw": [], "call": AnthropicCall(0)}
+        _SCRATCH, {"calls": 0, "usage": None, "raw": [], "call": AnthropicCall(0), "pauses": 0}
     )
     return state

@@ -304,3 +304,20 @@ async def test_agui_frontend_tool_round_trip_in_one_run() -> None:
         "content": '{"tempC":21}',
         "toolCallId": "call_9",
     }
+
+
+async def test_anthropic_pause_turn_is_continued_in_the_same_run() -> None:
+    responses = [
+        anthropic_frames(text="Searching…", stop_reason="pause_turn"),
+        anthropic_frames(text="Found it."),
+    ]
+    async with serve_mock(responses) as mock:
+        provider = AnthropicMessagesProvider(url=mock.url, model="claude-mock")
+        events = await run_turn(provider, {"prompt": "Search"})
+    assert terminal(events)["type"] == "run.completed"
+    assert terminal(events)["payload"]["output"]["stopReason"] == "end_turn"
+    assert assistant_texts(events) == ["Searching…", "Found it."]
+    assert mock.requests[1]["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Searching…"}],
+    }
