@@ -478,6 +478,9 @@ class RedisBackend(Backend):
             return ReadResult("unknown")
         want_inc, sid = parsed
         inc = await self._incarnation(reader, keys)
+        if inc is None:  # not created as far as we know: it may have been since
+            reader.inc_known = False
+            inc = await self._incarnation(reader, keys)
         if want_inc is not None and want_inc != inc:
             reader.inc_known = False  # maybe created or re-created since: look again
             inc = await self._incarnation(reader, keys)
@@ -693,6 +696,7 @@ class RedisBackend(Backend):
         owned = self._owned.get(keys.tag)
         if owned is not None and not owned.fenced and run_id in (None, owned.token.run_id):
             owned.control.abort(reason)  # ours: no round trip needed to reach the run
+            return owned.token.run_id
         with _unavailable():
             if await self._holder(keys) is None:
                 return None

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import ABORT, COMMAND
+from app.backends.redis.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +63,16 @@ class ControlBus:
         self._pubsub: Any = None
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._stopping = False
 
     async def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._loop(), name="redis-control-bus")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._stopping = True
+        task, self._task = self._task, None
+        await stop_task(task)  # the loop also checks ``_stopping``
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()
@@ -100,11 +101,11 @@ class ControlBus:
         subscribed.update(wanted)
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             subscribed: set[str] = set()
             try:
                 self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-                while True:
+                while not self._stopping:
                     if self._changed.is_set() or not subscribed:
                         self._changed.clear()
                         await self._sync(subscribed)
@@ -152,6 +153,7 @@ class OwnerInbox:
         self._poll = poll_interval
         self._wake = asyncio.Event()
         self._aborted = False
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     def _wakeup(self, _msg: str) -> None:
@@ -165,11 +167,9 @@ class OwnerInbox:
     async def stop(self) -> None:
         if self._bus is not None:
             self._bus.remove(self._keys.ctl, self._wakeup)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._stopping = True
+        task, self._task = self._task, None
+        await stop_task(task)
 
     async def check(self) -> None:
         """One poll: the abort flag, then every queued command."""
@@ -187,7 +187,7 @@ class OwnerInbox:
             await self._on_command(bytes(raw))
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.check()
             except asyncio.CancelledError:

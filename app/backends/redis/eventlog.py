@@ -26,6 +26,7 @@ from app.backends.redis.scripts import APPEND
 KIND_EVENT = "e"
 KIND_EXTENSION = "x"
 ZERO_ID = "0-0"
+APPROXIMATE_TRIM_FROM = 1000
 
 
 class Fenced(Exception):
@@ -110,6 +111,11 @@ class EventLog:
     def __init__(self, redis: Redis, max_len: int) -> None:
         self.redis = redis
         self.max_len = max_len
+        # One more than the retention: the oldest entry kept is the cursor just before the
+        # ``max_len`` resumable ones. Large logs trim approximately (whole radix-tree nodes,
+        # cheap); small ones exactly, so retention stays observable.
+        keep = max_len + 1
+        self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
         self._append = redis.register_script(APPEND)
 
     async def append(
@@ -124,7 +130,7 @@ class EventLog:
         """Append ``items`` atomically under ``token`` ('' = only while no run is active)."""
         args: list[Any] = [
             token,
-            self.max_len,
+            self._maxlen_arg,
             "1" if release else "0",
             snapshot.state if snapshot is not None else b"",
             snapshot.extensions if snapshot is not None else b"",
@@ -161,8 +167,8 @@ class EventLog:
             raise info
         fields = _info_dict(info)
         if int(fields.get("entries-added", 0)) > int(fields.get("length", 0)):
-            # Something was trimmed. A cursor below the first retained id names a trimmed
-            # entry, and what followed it may be gone too: not resumable.
+            # Something was trimmed. The first retained entry is kept only as the position
+            # before the retained window; a cursor below it may have lost what followed it.
             first = _s(fields.get("recorded-first-entry-id") or ZERO_ID)
             if parse_id(after) < parse_id(first):
                 return None

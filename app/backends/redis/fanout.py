@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
@@ -26,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.eventlog import Entry, EventLog, entries_from_reply, parse_id
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class LogReader:
         #: The conversation's incarnation as last seen (kept by the backend); None: none yet.
         self.inc: str | None = None
         self.inc_known = False
+        self._stopping = False
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"log-reader-{self.keys.tag}")
@@ -81,11 +82,9 @@ class LogReader:
         await self._ready.wait()
 
     async def stop(self) -> None:
+        self._stopping = True
         for task in (self._task, self._tick_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await stop_task(task)
         self._task = self._tick_task = None
         self._notify()
 
@@ -123,7 +122,7 @@ class LogReader:
 
     async def _run(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._stopping:
             try:
                 if not self._ready.is_set():
                     self.last_id = await self.log.last_id(self.keys)
@@ -156,7 +155,7 @@ class LogReader:
 
     async def _ticks(self) -> None:
         assert self._on_tick is not None
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self._tick_seconds)
             try:
                 await self._on_tick()

@@ -9,7 +9,6 @@ every owner write (``scripts.APPEND``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from redis.asyncio import Redis
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import CLAIM, RELEASE, RENEW, TAKEOVER
+from app.backends.redis.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +116,14 @@ class LeaseKeeper:
         self._token = token
         self._lost = on_lost
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"lease-{self._token.run_id}")
 
     async def _loop(self) -> None:
         interval = self._own.lease_ttl_ms / 3000.0
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             try:
                 if not await self._own.renew(self._keys, self._token):
@@ -133,8 +134,6 @@ class LeaseKeeper:
                 log.warning("lease renewal failed for run %s: %s", self._token.run_id, exc)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._stopping = True
+        task, self._task = self._task, None
+        await stop_task(task)

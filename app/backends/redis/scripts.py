@@ -47,7 +47,8 @@ return token
 """
 
 #: KEYS: run, log, lease, snap, abort, cmd.
-#: ARGV: token ('' = only when no run is active), maxlen, release (0/1),
+#: ARGV: token ('' = only when no run is active), maxlen ("~N" approximate | "=N" exact),
+#:       release (0/1),
 #:       snapshot state ('' = no snapshot), snapshot extensions, snapshot cursor when n = 0,
 #:       n, then n x (kind, data, event type, run id).
 #: Appends the entries, then stores the snapshot (its cursor = the last new id), then releases
@@ -62,9 +63,10 @@ elseif holder then
 end
 local n = tonumber(ARGV[7])
 local ids = {}
+local mode, maxlen = string.sub(ARGV[2], 1, 1), string.sub(ARGV[2], 2)
 for i = 1, n do
   local at = 4 + 4 * i
-  ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*',
+  ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', mode, maxlen, '*',
                       'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3])
 end
 if ARGV[4] ~= '' then

@@ -1,0 +1,164 @@
+"""The Redis backend: the shared backend contract, plus what only a distributed backend does
+(several backend objects on one Redis stand for several instances)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.backends import EMPTY_CURSOR, ConversationRef
+from app.backends.redis import RedisBackend, redis_client
+from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
+from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+
+
+def make_backend(prefix: str, **kwargs: object) -> RedisBackend:
+    return RedisBackend(redis_client(SHARED_REDIS_URL), key_prefix=prefix, **kwargs)  # type: ignore[arg-type]
+
+
+class TestRedisBackendContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[RedisBackend]:
+        prefix = unique_prefix()
+        async with shared_redis(prefix):
+            backend = make_backend(prefix, event_log_max_len=LOG_MAX)
+            await backend.start()
+            yield backend
+            await backend.close()
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        a = make_backend(prefix, lease_ttl_seconds=0.5, snapshot_every=3, instance_id="A")
+        b = make_backend(prefix, lease_ttl_seconds=0.5, snapshot_every=3, instance_id="B")
+        await a.start()
+        await b.start()
+        yield a, b
+        await a.close()
+        await b.close()
+
+
+def tool_and_approval_events(run: str) -> list[dict[str, object]]:
+    return [
+        *run_events(run, 2),
+        event(run, 4, "tool.requested", {"toolCallId": "t1", "name": "lookup"}),
+        event(run, 5, "approval.requested", {"approvalId": "a1"}),
+        event(run, 6, "reasoning.started", {"reasoningId": "r1"}),
+        event(run, 7, "reasoning.completed", {"reasoningId": "r1"}),
+    ]
+
+
+async def test_an_instance_that_never_saw_the_conversation_rebuilds_it(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "c1")
+    await a.create_conversation(ref, meta())
+    control = Control("r1")
+    assert await a.claim_run(ref, control)
+    events = [*run_events("r1", 7), event("r1", 9, "message.completed", {"messageId": "m"})]
+    for e in events:
+        await a.append_event(ref, e)
+    await a.append_extension(ref, "agui.state", {"step": 2})
+    # Mid-run: the snapshot persisted every 3 events plus the tail gives B the same state.
+    mid_a, mid_b = await a.snapshot(ref), await b.snapshot(ref)
+    assert mid_a is not None and mid_b is not None
+    assert mid_b.state == mid_a.state and mid_b.cursor == mid_a.cursor
+    assert mid_b.extensions == {"agui.state": {"step": 2}}
+    stored = await a.redis.hgetall(a.keys(ref).snap)
+    assert stored, "a snapshot was persisted during the run"
+    await a.append_event(ref, event("r1", 10, "run.completed"))
+    await a.release_run(ref, "r1")
+    stored = await a.redis.hgetall(a.keys(ref).snap)
+    final_a = await a.snapshot(ref)
+    assert final_a is not None
+    assert stored[b"cursor"].decode() == final_a.cursor.rpartition(".")[2]  # at run end
+    # A third instance with an empty cache reads only the snapshot (the tail is empty).
+    c = make_backend(a.prefix, instance_id="C")
+    try:
+        fresh = await c.snapshot(ref)
+        assert fresh is not None
+        assert fresh.state == final_a.state and fresh.cursor == final_a.cursor
+        assert fresh.state["runs"]["r1"]["status"] == "completed"
+        assert fresh.meta.session_id == "ses_test"
+    finally:
+        await c.close()
+    assert (await b.snapshot(ref)).state == final_a.state  # type: ignore[union-attr]
+
+
+async def test_lost_owner_is_fenced_and_its_run_failed_by_another_instance(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "lost")
+    await a.create_conversation(ref, meta())
+    control = Control("r1")
+    assert await a.claim_run(ref, control)
+    for e in tool_and_approval_events("r1"):
+        await a.append_event(ref, e)
+    head = await b.head_cursor(ref)
+    # A freezes (stops renewing, polling): what kill -9 looks like from Redis.
+    owned = a._owned[a.keys(ref).tag]
+    await a._stop_owned(owned)
+    assert await b.claim_run(ref, Control("r2")) is False  # lease still alive
+    # B's subscriber notices the lost owner within the lease TTL plus one reader tick.
+    got = await b.read(ref, head, limit=100, wait=3)
+    types = [e.event_type for e in got.entries]
+    assert types == ["approval.resolved", "tool.failed", "message.failed", "run.failed"]
+    failed = got.entries[-1].decoded()
+    assert failed["payload"]["error"] == {
+        "code": "gateway_instance_lost",
+        "message": "The gateway instance running this run was lost.",
+        "retryable": True,
+    }
+    assert [e.decoded()["sequence"] for e in got.entries] == [8, 9, 10, 11]
+    snap = await b.snapshot(ref)
+    assert snap is not None and snap.state["issues"] == []
+    assert snap.state["runs"]["r1"]["status"] == "failed"
+    approval = next(iter(snap.state["approvals"].values()))
+    assert approval["decision"] == "expired"
+    # The fenced owner cannot append anything any more.
+    with pytest.raises(Exception, match="r1"):
+        await a.append_event(
+            ref, event("r1", 12, "message.delta", {"messageId": "m", "delta": "x"})
+        )
+    assert await b.head_cursor(ref) == got.entries[-1].cursor
+    assert await b.active_run(ref) is None
+    assert await b.claim_run(ref, Control("r2")) is True
+    await b.release_run(ref, "r2")
+
+
+async def test_every_instance_notices_a_lost_owner_when_it_touches_the_conversation(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "touch")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    for e in run_events("r1", 1):
+        await a.append_event(ref, e)
+    await a._stop_owned(a._owned[a.keys(ref).tag])
+    await asyncio.sleep(0.7)  # the lease (0.5 s) expires; nobody subscribes
+    assert await b.request_abort(ref, None, "aborted") is None  # reaped, nothing to abort
+    snap = await b.snapshot(ref)
+    assert snap is not None and snap.state["runs"]["r1"]["status"] == "failed"
+    assert not any(m["status"] == "streaming" for m in snap.state["messages"].values())
+
+
+async def test_read_of_an_unknown_position_and_empty_cursor(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "pos")
+    await a.create_conversation(ref, meta())
+    entry = await a.append_event(ref, event("r1", 0, "run.started"))
+    inc, _, sid = entry.cursor.rpartition(".")
+    ms, _, _ = sid.partition("-")
+    future = f"{inc}.{int(ms) + 10_000}-0"
+    assert (await b.read(ref, future, limit=10, wait=0)).status == "unknown"
+    result = await b.read(ref, EMPTY_CURSOR, limit=10, wait=0)
+    assert [e.cursor for e in result.entries] == [entry.cursor]
