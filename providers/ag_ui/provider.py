@@ -84,7 +84,12 @@ class AguiProvider(ProviderBase):
         assert isinstance(run, AguiRun)
         return run
 
-    def _request(self, ctx: RunContext, resume: list[dict[str, Any]] | None) -> UpstreamRequest:
+    def _request(
+        self,
+        ctx: RunContext,
+        resume: list[dict[str, Any]] | None,
+        skip_tool_results: set[Any] | None = None,
+    ) -> UpstreamRequest:
         run = self._run(ctx)
         input = ctx.input
         number = next(ctx.scratch["ag-ui.counter"])
@@ -96,7 +101,15 @@ class AguiProvider(ProviderBase):
         body = build_run_agent_input(
             thread_id=str(ctx.transcript.get("threadId") or ctx.session_id),
             run_id=upstream_run_id,
-            history=ctx.history,
+            # a tool call answered through ``resume`` gets no tool message as well
+            history=[
+                entry
+                for entry in ctx.history
+                if not (
+                    entry.get("role") == "tool"
+                    and entry.get("toolCallId") in (skip_tool_results or ())
+                )
+            ],
             tools=input.get("tools") or [],
             state=ctx.transcript.get("state"),
             forwarded_props=forwarded,
@@ -128,7 +141,10 @@ class AguiProvider(ProviderBase):
             if payload.get("data") is not None:
                 answer["data"] = payload["data"]
             resume.append({"interruptId": approval_id, "status": "resolved", "payload": answer})
-        return self._request(ctx, resume or None)
+        answered = {run.interrupts[entry["interruptId"]].get("toolCallId") for entry in resume} - {
+            None
+        }
+        return self._request(ctx, resume or None, skip_tool_results=answered)
 
     def on_command(self, command: Command, ctx: RunContext) -> None:
         """An answered interrupt about a tool call answers that tool call too."""
@@ -138,8 +154,9 @@ class AguiProvider(ProviderBase):
         approval_id = command.payload.get("approvalId")
         interrupt = run.interrupts.get(approval_id) if isinstance(approval_id, str) else None
         tool_call_id = interrupt.get("toolCallId") if interrupt else None
-        if not tool_call_id or not ctx.is_open("tool", tool_call_id):
-            return
+        entity = ctx.entity("tool", tool_call_id) if tool_call_id else None
+        if tool_call_id is None or entity is None or entity.executor != "runtime":
+            return  # a frontend tool still gets its result from the app
         decision = command.payload.get("decision", "expired")
         if decision in ("approved", "modified"):
             result: dict[str, Any] = {"decision": decision}

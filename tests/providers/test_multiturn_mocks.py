@@ -275,6 +275,9 @@ async def test_agui_interrupt_approve_resume_in_one_run() -> None:
             "payload": {"decision": "approved", "data": {"note": "ok"}},
         }
     ]
+    # the interrupted call is answered by ``resume``, not by a tool message as well
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant"]
+    assert second["messages"][1]["toolCalls"][0]["id"] == "call_1"
 
 
 async def test_agui_frontend_tool_round_trip_in_one_run() -> None:
