@@ -76,7 +76,7 @@ async def test_an_instance_that_never_saw_the_conversation_rebuilds_it(
     stored = await a.redis.hgetall(a.keys(ref).snap)
     final_a = await a.snapshot(ref)
     assert final_a is not None
-    assert stored[b"cursor"].decode() == final_a.cursor.rpartition(".")[2]  # at run end
+    assert stored[b"cursor"] == final_a.cursor.rpartition(".")[2].encode()  # at run end
     # A third instance with an empty cache reads only the snapshot (the tail is empty).
     c = make_backend(a.prefix, instance_id="C")
     try:

@@ -105,7 +105,7 @@ async def test_a_fenced_owner_cannot_append_after_takeover(redis: Redis, prefix:
     holder, _ = await b.holder(keys)
     assert holder is None
     snap = await redis.hgetall(keys.snap)
-    assert snap[b"state"] == b'{"s":1}' and snap[b"cursor"].decode() == entries[-1].id
+    assert snap[b"state"] == b'{"s":1}' and snap[b"cursor"] == entries[-1].id.encode()
     # A new run can be claimed now; the fence keeps counting up.
     again = await a.claim(keys, "run_3")
     assert again.status == "ok" and again.token.number == 3
