@@ -221,6 +221,7 @@ export class GatewayClient {
     this.reconnectDelayMs = options.reconnectDelayMs ?? 500;
     this._fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     this._listeners = new Set();
+    this._snapshot = null;
     this._state = createInitialState();
     this._messages = [];
     this._extensions = {};
@@ -252,10 +253,22 @@ export class GatewayClient {
     return runs.length ? runs.reduce((a, b) => (b.createdAt >= a.createdAt ? b : a)) : null;
   }
 
-  subscribe(listener) {
+  // subscribe/getSnapshot follow React's useSyncExternalStore contract:
+  //   const chat = useSyncExternalStore(client.subscribe, client.getSnapshot);
+  subscribe = (listener) => {
     this._listeners.add(listener);
     return () => this._listeners.delete(listener);
-  }
+  };
+
+  getSnapshot = () => {
+    if (!this._snapshot) {
+      this._snapshot = {
+        messages: this._messages, agentState: this._state, isRequesting: this.isRequesting,
+        connection: this.connection, cursor: this._cursor, issues: this._state.issues,
+      };
+    }
+    return this._snapshot;
+  };
 
   onRequest(input, { provider, multitask } = {}) {
     const body = { input: typeof input === "string" ? { prompt: input } : input };
@@ -456,6 +469,7 @@ export class GatewayClient {
   }
 
   _emit() {
+    this._snapshot = null;
     for (const listener of [...this._listeners]) {
       try { listener(this); } catch (err) { console.error(err); }
     }

@@ -235,6 +235,10 @@ async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGatewa
     page = await browser.new_page(viewport={"width": 1100, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
     await page.goto(f"{gw.url}/?c={KEY}")
     run_status = page.get_by_test_id("run-status")
     await expect(page.get_by_test_id("connection")).to_have_attribute("data-state", "open")
@@ -334,6 +338,18 @@ async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGatewa
         "You said: think over the websocket."
     )
     await expect(page.get_by_test_id("issue-count")).to_have_text("0")
+    # useXChat-shaped surface, stable snapshots for useSyncExternalStore
+    shape = await page.evaluate(
+        """() => { const c = window.gatewayDebug.client; const a = c.getSnapshot();
+                   return { same: a === c.getSnapshot(), n: a.messages.length,
+                            statuses: a.messages.map((m) => m.status),
+                            requesting: a.isRequesting,
+                            fns: ['onRequest', 'abort', 'onReload'].every(
+                                (k) => typeof c[k] === 'function') }; }"""
+    )
+    assert shape["same"] and shape["fns"] and shape["requesting"] is False
+    assert shape["n"] == 14  # 6 user messages + 8 assistant messages
+    assert "abort" in shape["statuses"] and "local" in shape["statuses"]
 
     # The timeline scrolls inside the page: grow the viewport so the screenshot shows it all.
     height = await page.evaluate(
@@ -344,3 +360,27 @@ async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGatewa
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(ARTIFACT))
     assert errors == []
+    # nothing fetched from anywhere but the gateway (no CDN, no fonts, no analytics)
+    assert requested and all(url.startswith(gw.url + "/") for url in requested), requested
+    assert sockets and all(url.startswith(gw.ws_url + "/v1/conversations/") for url in sockets)
+    assert {url.split("?")[0].removeprefix(gw.url) for url in requested} >= {
+        "/",
+        "/static/demo.js",
+        "/static/gateway-client.js",
+        "/static/demo.css",
+        "/v1/providers",
+    }
+
+
+async def test_demo_page_can_be_turned_off(start_gateway: StartGateway) -> None:
+    on = await start_gateway(make_settings())
+    off = await start_gateway(make_settings(gateway={"demo_page": False}))
+    async with on.client() as client:
+        page = await client.get("/")
+        module = await client.get("/static/gateway-client.js")
+    assert page.status_code == 200 and 'id="timeline"' in page.text
+    assert module.status_code == 200
+    assert "javascript" in module.headers["content-type"]  # servable as an ES module
+    async with off.client() as client:
+        assert (await client.get("/")).status_code == 404
+        assert (await client.get("/static/gateway-client.js")).status_code == 404
