@@ -325,6 +325,7 @@ class RunTracker:
         "_m",
         "_provider",
         "_started_at",
+        "_user_messages",
     )
 
     def __init__(self, metrics: GatewayMetrics, provider: str) -> None:
@@ -332,6 +333,7 @@ class RunTracker:
         self._provider = provider
         self._started_at = metrics.clock()
         self._first_seen = False
+        self._user_messages: set[object] = set()
         self._abort_at: float | None = None
         self._ended = False
         self._error_code: str | None = None
@@ -349,7 +351,7 @@ class RunTracker:
         self._m.observe_event(event_type)
         if self._ended:
             return
-        if not self._first_seen and event_type not in ("session.started", "run.started"):
+        if not self._first_seen and not self._is_framing(event):
             self._first_seen = True
             self._m.time_to_first_event.labels(self._provider).observe(
                 self._m.clock() - self._started_at
@@ -365,6 +367,21 @@ class RunTracker:
                 self._error_message = message if isinstance(message, str) else None
                 self._m.upstream_errors.labels(self._provider, self._error_code).inc()
             self._end(outcome)
+
+    def _is_framing(self, event: Mapping[str, Any]) -> bool:
+        """What the gateway emits before the upstream answers: session/run start, user turn."""
+        event_type = event.get("type")
+        if event_type in ("session.started", "run.started"):
+            return True
+        payload = event.get("payload")
+        if not isinstance(event_type, str) or not event_type.startswith("message."):
+            return False
+        if not isinstance(payload, Mapping):
+            return False
+        message_id = payload.get("messageId")
+        if event_type == "message.started" and payload.get("role") == "user":
+            self._user_messages.add(message_id)
+        return message_id in self._user_messages
 
     def abort_requested(self) -> None:
         if self._abort_at is None and not self._ended:

@@ -71,6 +71,53 @@ def test_completed_run_figures() -> None:
     assert tracker.ended
 
 
+def test_time_to_first_event_skips_the_user_turn() -> None:
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock)
+    tracker = m.run_tracker("demo")
+    tracker.on_event(ev("session.started"))
+    tracker.on_event(ev("run.started"))
+    tracker.on_event(ev("message.started", {"messageId": "u", "role": "user", "content": "q"}))
+    tracker.on_event(ev("message.completed", {"messageId": "u"}))
+    clock.now += 0.7
+    tracker.on_event(ev("reasoning.started", {"reasoningId": "r"}))
+    clock.now += 5
+    tracker.on_event(ev("run.completed"))
+    assert sample(m, "agent_gateway_time_to_first_event_seconds_sum", provider="demo") == (
+        pytest.approx(0.7)
+    )
+
+
+class _Snap:
+    def __init__(self, issues: list[dict[str, Any]]) -> None:
+        self.state = {"issues": issues}
+
+
+async def test_finish_counts_the_runs_protocol_issues_and_closes() -> None:
+    m = GatewayMetrics()
+    tracker = m.run_tracker("demo")
+    issues = [
+        {"code": "missing_entity", "runId": "run_1", "eventId": "e1", "message": "x"},
+        {"code": "missing_entity", "runId": "run_0", "eventId": "e0", "message": "old run"},
+        {"code": "invalid_sequence", "runId": "run_1", "eventId": "e2", "message": "y"},
+    ]
+
+    async def snapshot() -> _Snap:
+        return _Snap(issues)
+
+    await tracker.finish("run_1", snapshot, cancelled=True)
+    assert sample(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 1
+    assert sample(m, "agent_gateway_protocol_issues_total", code="invalid_sequence") == 1
+    assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="cancelled") == 1
+
+    async def broken() -> _Snap:
+        raise ConnectionError("backend down")
+
+    other = m.run_tracker("demo")
+    await other.finish("run_2", broken)  # a failing snapshot never breaks the run's end
+    assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="failed") == 1
+
+
 def test_failed_run_counts_upstream_error_code() -> None:
     m = GatewayMetrics()
     tracker = m.run_tracker("openai")
