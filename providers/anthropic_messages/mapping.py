@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from providers.anthropic_messages.usage import merge_anthropic_usage
 from providers.context import RunContext
 from providers.errors import UpstreamError
@@ -37,6 +39,7 @@ class Block:
     entity_id: str | None = None
     json: str = ""
     open: bool = True
+    prefilled: bool = False
 
 
 @dataclass(slots=True)
@@ -197,10 +200,20 @@ def _start_redacted(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[
     return Block("redacted", raw, ident)
 
 
+def _prefilled(block: Block, ctx: RunContext) -> Block:
+    """Some compatible servers send the whole input in the start block and no deltas."""
+    initial = block.raw.get("input")
+    if isinstance(initial, dict) and initial and block.entity_id is not None:
+        block.json = orjson.dumps(initial).decode()
+        block.prefilled = True
+        ctx.tool_arguments(block.entity_id, block.json)
+    return block
+
+
 def _start_tool(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[str, Any]) -> Block:
     ident = str(raw.get("id") or f"toolu_{call.number}_{index}")
     ctx.request_tool(ident, str(raw.get("name") or "tool"), executor="app", meta=call.meta())
-    return Block("tool", raw, ident)
+    return _prefilled(Block("tool", raw, ident), ctx)
 
 
 def _start_server_tool(
@@ -210,7 +223,7 @@ def _start_server_tool(
     meta = {**(call.meta() or {}), "executor": "server"}
     ctx.request_tool(ident, str(raw.get("name") or "server_tool"), meta=meta)
     call.server_tools.add(ident)
-    return Block("server_tool", raw, ident)
+    return _prefilled(Block("server_tool", raw, ident), ctx)
 
 
 def _start_other(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[str, Any]) -> Block:
@@ -273,6 +286,8 @@ def _json_delta(
     call: AnthropicCall, ctx: RunContext, block: Block, delta: Mapping[str, Any]
 ) -> None:
     piece = delta.get("partial_json")
+    if block.prefilled:
+        return  # the input came complete in the start block
     if isinstance(piece, str) and piece and block.entity_id is not None:
         block.json += piece
         ctx.tool_arguments(block.entity_id, piece)

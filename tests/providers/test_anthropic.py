@@ -13,7 +13,7 @@ from providers.anthropic_messages import (
 )
 from providers.testing import assert_provider_contract, make_options
 from tests.providers.mock_upstreams import anthropic_frames
-from tests.providers.replay_helpers import frames_to_chunks, terminal
+from tests.providers.replay_helpers import frames_to_chunks, terminal, tool_calls
 
 
 def ev(name: str, **payload: Any) -> str:
@@ -27,13 +27,18 @@ START = ev(
 
 
 async def run_frames(
-    *turns: list[str], transcript: dict[str, Any] | None = None
+    *turns: list[str],
+    transcript: dict[str, Any] | None = None,
+    commands: tuple[Any, ...] = (),
 ) -> list[dict[str, Any]]:
     options = make_options(
         wait_timeout_seconds=5, transcript=transcript if transcript is not None else {}
     )
     return await assert_provider_contract(
-        AnthropicMessagesProvider(), turns=[frames_to_chunks(t) for t in turns], options=options
+        AnthropicMessagesProvider(),
+        turns=[frames_to_chunks(t) for t in turns],
+        options=options,
+        commands=commands,
     )
 
 
@@ -176,3 +181,19 @@ def test_public_surface_and_registration() -> None:
     )
     assert isinstance(provider, AnthropicMessagesProvider)
     assert provider.headers == {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+
+
+async def test_tool_input_complete_in_the_start_block() -> None:
+    block = {"type": "tool_use", "id": "toolu_p", "name": "lookup", "input": {"q": "x"}}
+    events = await run_frames(
+        [
+            START,
+            ev("content_block_start", index=0, content_block=block),
+            ev("content_block_stop", index=0),
+            ev("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 2}),
+            ev("message_stop"),
+        ],
+        anthropic_frames(text="ok"),
+        commands=(("tool.submit_result", {"toolCallId": "toolu_p", "result": 1}),),
+    )
+    assert tool_calls(events) == [("lookup", {"q": "x"}, "completed")]
