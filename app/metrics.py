@@ -295,7 +295,7 @@ class GatewayMetrics:
         start = self.clock()
         try:
             yield
-        except BaseException:
+        except Exception:  # a cancellation is not a backend error
             self.backend_op_errors.labels(*labels).inc()
             raise
         finally:
@@ -461,19 +461,24 @@ class InstrumentedBackend:
         attr = getattr(self._inner, name)
         if not inspect.iscoroutinefunction(attr):
             return attr
-        metrics, backend = self._metrics, self._backend
-        timed = name not in self._UNTIMED
+        metrics = self._metrics
+        labels = (metrics.backend_label(self._backend), metrics.op_label(name))
+        errors = metrics.backend_op_errors.labels(*labels)
+        latency = None if name in self._UNTIMED else metrics.backend_op_latency.labels(*labels)
+        clock = metrics.clock
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            if timed:
-                with metrics.backend_op(backend, name):
-                    return await attr(*args, **kwargs)
+            start = clock()
             try:
                 return await attr(*args, **kwargs)
-            except Exception:
-                metrics.backend_op_errors.labels(
-                    metrics.backend_label(backend), metrics.op_label(name)
-                ).inc()
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    errors.inc()
                 raise
+            finally:
+                if latency is not None:
+                    latency.observe(clock() - start)
 
+        # Cache the wrapper: later lookups find it on the instance, not via __getattr__.
+        setattr(self, name, call)
         return call
