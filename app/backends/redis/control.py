@@ -113,7 +113,7 @@ class ControlBus:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._changed.wait(), 1.0)
                         continue
-                    msg = await self._pubsub.get_message(timeout=0.2)
+                    msg = await self._pubsub.get_message(timeout=0.05)  # new channels wait <= this
                     if msg and msg.get("type") == "message":
                         channel = _s(msg["channel"])
                         for wake in list(self._handlers.get(channel, ())):
