@@ -1,0 +1,1 @@
+"""Benchmarks of the gateway (scripts; see BENCHMARKS.md)."""

@@ -1,0 +1,248 @@
+"""Server processes for the benches: start on a free loopback port, read CPU time and RSS.
+
+CPU time and RSS come from ``/proc/<pid>`` (Linux), so each server is measured on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "ROOT",
+    "Server",
+    "free_port",
+    "gateway_config",
+    "redis_server",
+    "start_process",
+    "start_server",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE = Path(__file__).resolve().parent / "serve.py"
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Child side of ``Popen``: get SIGTERM when the bench process dies, never outlive it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    """A running server process."""
+
+    def __init__(self, name: str, process: subprocess.Popen[bytes], port: int) -> None:
+        self.name = name
+        self.process = process
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+
+    def rss_bytes(self) -> int:
+        return _status_kb(self.pid, "VmRSS") * 1024
+
+    def peak_rss_bytes(self) -> int:
+        return _status_kb(self.pid, "VmHWM") * 1024
+
+    def reset_peak_rss(self) -> None:
+        """Reset VmHWM to the current RSS (Linux ≥ 4.0: write 5 to clear_refs)."""
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def _status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def start_server(
+    kind: str,
+    *,
+    config: str | None = None,
+    env: Mapping[str, str] | None = None,
+    health: str = "/healthz",
+    timeout: float = 30.0,
+) -> Server:
+    """Start ``serve.py KIND`` on a free port and wait until ``health`` answers."""
+    port = free_port()
+    args = [sys.executable, str(SERVE), kind, "--port", str(port)]
+    if config is not None:
+        args += ["--config", config]
+    return start_process(kind, args, port, env=env, health=health, timeout=timeout)
+
+
+def start_process(
+    name: str,
+    args: list[str],
+    port: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    health: str = "/healthz",
+    timeout: float = 30.0,
+    cwd: Path = ROOT,
+) -> Server:
+    """Start ``args`` (a server that will listen on ``port``) and wait until ``health`` answers."""
+    kind = name
+    full_env = {**os.environ, **(env or {})}
+    process = subprocess.Popen(args, env=full_env, cwd=str(cwd), preexec_fn=_die_with_parent)
+    server = Server(kind, process, port)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{kind} server exited with {process.returncode}")
+        try:
+            if httpx.get(server.url + health, timeout=1.0).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    server.stop()
+    raise RuntimeError(f"{kind} server did not become ready")
+
+
+@contextlib.contextmanager
+def servers(*items: Server) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for item in items:
+            item.stop()
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(type(value))
+
+
+def gateway_config(
+    upstream: str,
+    *,
+    backend: str = "memory",
+    redis_url: str | None = None,
+    gateway: Mapping[str, Any] | None = None,
+) -> str:
+    """Write a TOML config with providers ``bench`` (openai-chat) and ``bench-agui`` (ag-ui)
+    pointed at the mock upstream; limits raised for the fan-out and memory benches."""
+    sections: dict[str, dict[str, Any]] = {
+        "gateway": {
+            "backend": backend,
+            "default_provider": "bench",
+            "demo_page": False,
+            "log_format": "json",
+            "heartbeat_seconds": 15,
+            "runs_per_minute_per_principal": None,
+            **(gateway or {}),
+        },
+        "limits": {
+            "max_subscribers_per_conversation": 2000,
+            "max_subscribers_per_principal": 5000,
+            "runs_per_minute_per_principal": 1000000,
+            "max_conversations_per_principal": 1000000,
+        },
+        "providers.bench": {
+            "kind": "openai-chat",
+            "url": upstream + "/v1/chat/completions",
+            "model": "bench",
+            "timeout_seconds": 300,
+            "idle_timeout_seconds": 60,
+        },
+        "providers.bench-agui": {
+            "kind": "ag-ui",
+            "url": upstream + "/agui",
+            "timeout_seconds": 300,
+            "idle_timeout_seconds": 60,
+        },
+    }
+    if redis_url is not None:
+        sections["gateway"]["redis_url"] = redis_url
+    sections["gateway"].pop("runs_per_minute_per_principal")
+    lines: list[str] = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        lines.append("")
+    handle, path = tempfile.mkstemp(prefix="bench-gateway-", suffix=".toml")
+    with os.fdopen(handle, "w") as file:
+        file.write("\n".join(lines))
+    return path
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A private ``redis-server`` on a free port (no persistence); yields its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)

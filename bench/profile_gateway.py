@@ -1,0 +1,129 @@
+"""Profile the gateway's hot path with py-spy while it relays long streams (or a fan-out).
+
+Starts the mock upstream and a gateway process, attaches ``py-spy record`` to the gateway,
+runs ``--runs`` streams of ``--chunks`` deltas (``--subscribers K`` > 0: one run fanned out to K
+SSE subscribers at ``--delay`` ms), then prints the functions with the most samples: by own
+time (leaf frames) and inclusive. The raw collapsed stacks are kept at ``--out``.
+
+Usage: ``.venv/bin/python bench/profile_gateway.py [--chunks 20000] [--runs 3]
+[--subscribers 0] [--out /tmp/gateway.folded]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import uvloop
+
+from bench.harness import procs
+from bench.harness.client import read_stream
+from bench.harness.flows import gateway_run, gateway_run_body, new_key
+
+
+async def workload(port: int, chunks: int, runs: int, subscribers: int, delay: float) -> None:
+    for _ in range(runs):
+        if subscribers <= 0:
+            await gateway_run(port, chunks)
+            continue
+        key = new_key("prof")
+        connected = [asyncio.Event() for _ in range(subscribers)]
+        readers = [
+            asyncio.ensure_future(
+                read_stream(
+                    port,
+                    "GET",
+                    f"/v1/conversations/{key}/events",
+                    connected=ev,
+                    keep_latencies=False,
+                )
+            )
+            for ev in connected
+        ]
+        await asyncio.gather(*(ev.wait() for ev in connected))
+        await read_stream(
+            port,
+            "POST",
+            f"/v1/conversations/{key}/runs?stream=true",
+            gateway_run_body(chunks, delay),
+        )
+        await asyncio.gather(*readers)
+
+
+def summarize(folded: Path, top: int) -> None:
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    print(f"{total} samples")
+    print("\nTop own time:")
+    for frame, count in own.most_common(top):
+        print(f"{100 * count / total:6.1f}%  {frame}")
+    print("\nTop inclusive:")
+    for frame, count in inclusive.most_common(top * 2):
+        print(f"{100 * count / total:6.1f}%  {frame}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--subscribers", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=1.0)
+    parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--out", default="/tmp/gateway.folded")
+    args = parser.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = Path(args.out)
+    with contextlib.ExitStack() as exits:
+        upstream = procs.start_server("upstream")
+        exits.callback(upstream.stop)
+        redis_url = None
+        if args.backend == "redis":
+            redis_url = exits.enter_context(procs.redis_server())
+        config = procs.gateway_config(upstream.url, backend=args.backend, redis_url=redis_url)
+        gateway = procs.start_server("gateway", config=config)
+        exits.callback(gateway.stop)
+        uvloop.run(gateway_run(gateway.port, 10))
+        recorder = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(gateway.pid),
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)
+        uvloop.run(workload(gateway.port, args.chunks, args.runs, args.subscribers, args.delay))
+        recorder.send_signal(2)
+        recorder.wait(30)
+    summarize(out, args.top)
+
+
+if __name__ == "__main__":
+    main()

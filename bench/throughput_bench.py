@@ -1,0 +1,120 @@
+"""Figure 1: throughput of one long stream, gateway vs the minimal normalizer and raw relay.
+
+One run of ``--chunks`` (20,000) content deltas from the mock OpenAI-compatible upstream at full
+speed, read by the same lean client through: the gateway (``openai-chat`` provider,
+``POST …/runs?stream=true``), the minimal normalizer and the raw byte relay. Rounds alternate
+the three; the table shows medians. Target: gateway events/s ≥ 0.5 × the normalizer's.
+
+Usage: ``.venv/bin/python bench/throughput_bench.py [--chunks 20000] [--rounds 5]
+[--backend memory|redis]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import uvloop
+
+from bench.harness import procs
+from bench.harness.client import StreamResult
+from bench.harness.flows import gateway_run, stream_baseline
+from bench.harness.stats import median, table
+
+TARGET = 0.5
+
+
+@dataclass
+class Series:
+    name: str
+    events_per_s: list[float] = field(default_factory=list)
+    deltas_per_s: list[float] = field(default_factory=list)
+    cpu_us_per_event: list[float] = field(default_factory=list)
+
+    def add(self, result: StreamResult, cpu: float) -> None:
+        if result.status != 200 or result.deltas == 0:
+            raise RuntimeError(
+                f"{self.name}: bad stream {result.status} {result.body_head[:200]!r}"
+            )
+        self.events_per_s.append(result.frames / result.elapsed)
+        self.deltas_per_s.append(result.deltas / result.elapsed)
+        self.cpu_us_per_event.append(cpu / result.frames * 1e6)
+
+    def row(self) -> list[object]:
+        return [
+            self.name,
+            median(self.events_per_s),
+            median(self.deltas_per_s),
+            median(self.cpu_us_per_event),
+        ]
+
+
+async def measure(
+    gateway: procs.Server, baseline: procs.Server, chunks: int, rounds: int
+) -> dict[str, Series]:
+    series = {name: Series(name) for name in ("gateway", "normalizer", "relay")}
+    await gateway_run(gateway.port, 10)  # warm up connections and imports
+    await stream_baseline(baseline.port, "/normalize", 10)
+    for _ in range(rounds):
+        before = gateway.cpu_seconds()
+        series["gateway"].add(
+            await gateway_run(gateway.port, chunks), gateway.cpu_seconds() - before
+        )
+        for name, route in (("normalizer", "/normalize"), ("relay", "/relay")):
+            before = baseline.cpu_seconds()
+            result = await stream_baseline(baseline.port, route, chunks)
+            series[name].add(result, baseline.cpu_seconds() - before)
+    return series
+
+
+def report(series: dict[str, Series], chunks: int, rounds: int, label: str) -> float:
+    print(
+        table(
+            f"Figure 1{label}: one stream of {chunks:,} chunks, medians of {rounds} rounds",
+            ["server", "events/s", "deltas/s", "CPU µs/event"],
+            [s.row() for s in series.values()],
+        )
+    )
+    ratio = median(series["gateway"].events_per_s) / median(series["normalizer"].events_per_s)
+    return ratio
+
+
+@contextlib.contextmanager
+def stack(backend: str) -> object:
+    with contextlib.ExitStack() as exits:
+        upstream = procs.start_server("upstream")
+        exits.callback(upstream.stop)
+        redis_url = None
+        if backend == "redis":
+            redis_url = exits.enter_context(procs.redis_server())
+        config = procs.gateway_config(upstream.url, backend=backend, redis_url=redis_url)
+        gateway = procs.start_server("gateway", config=config)
+        exits.callback(gateway.stop)
+        baseline = procs.start_server("baseline", env={"BENCH_UPSTREAM": upstream.url})
+        exits.callback(baseline.stop)
+        yield gateway, baseline
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
+    args = parser.parse_args()
+    with stack(args.backend) as (gateway, baseline):
+        series = uvloop.run(measure(gateway, baseline, args.chunks, args.rounds))
+    ratio = report(series, args.chunks, args.rounds, f" ({args.backend} backend)")
+    verdict = "PASS" if ratio >= TARGET else "FAIL"
+    print(
+        f"SUMMARY figure1 backend={args.backend} chunks={args.chunks} "
+        f"gateway/normalizer events/s = {ratio:.2f} (target >= {TARGET}) {verdict}"
+    )
+
+
+if __name__ == "__main__":
+    main()
