@@ -10,6 +10,7 @@ import pytest
 
 from app.backends import EMPTY_CURSOR, ConversationRef
 from app.backends.redis import RedisBackend, redis_client
+from app.errors import ApiError
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 
@@ -162,3 +163,53 @@ async def test_read_of_an_unknown_position_and_empty_cursor(
     assert (await b.read(ref, future, limit=10, wait=0)).status == "unknown"
     result = await b.read(ref, EMPTY_CURSOR, limit=10, wait=0)
     assert [e.cursor for e in result.entries] == [entry.cursor]
+
+
+async def test_idle_conversations_expire_after_the_ttl() -> None:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        backend = make_backend(prefix, conversation_ttl_seconds=60)
+        try:
+            ref = ConversationRef("alice", "ttl")
+            await backend.create_conversation(ref, meta())
+            assert await backend.claim_run(ref, Control("r1"))
+            for e in run_events("r1", 1):
+                await backend.append_event(ref, e)
+            await backend.release_run(ref, "r1")
+            keys = backend.keys(ref)
+            for key in (keys.meta, keys.log, keys.snap, keys.fence):
+                ttl = await backend.redis.pttl(key)
+                assert 50_000 < ttl <= 60_000, (key, ttl)
+            # A conversation that expired disappears from the listing too.
+            await backend.redis.delete(keys.meta)
+            assert await backend.list_conversations("alice") == []
+        finally:
+            await backend.close()
+
+
+async def test_owner_rebuilds_its_state_after_a_failed_append(
+    pair: tuple[RedisBackend, RedisBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "flaky")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    events = run_events("r1", 3)
+    await a.append_event(ref, events[0])
+    owned = a._owned[a.keys(ref).tag]
+    real = owned.writer.append
+
+    async def broken(*args: object, **kwargs: object) -> list[str]:
+        raise ConnectionError("redis went away")
+
+    monkeypatch.setattr(owned.writer, "append", broken)
+    with pytest.raises(ApiError):
+        await a.append_event(ref, events[1])  # reduced locally, never logged
+    monkeypatch.setattr(owned.writer, "append", real)
+    for e in events[1:]:
+        await a.append_event(ref, e)  # the retry is accepted: the state was rebuilt
+    snap_a, snap_b = await a.snapshot(ref), await b.snapshot(ref)
+    assert snap_a is not None and snap_b is not None
+    assert snap_a.state == snap_b.state and snap_a.state["issues"] == []
+    assert next(iter(snap_a.state["messages"].values()))["content"] == "0,1,2,"
+    await a.release_run(ref, "r1")

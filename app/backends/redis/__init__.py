@@ -51,4 +51,5 @@ def create_redis_backend(settings: Settings) -> RedisBackend:
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,
         key_prefix=getattr(gateway, "redis_key_prefix", DEFAULT_PREFIX),
+        conversation_ttl_seconds=gateway.conversation_ttl_seconds,
     )

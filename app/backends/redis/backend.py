@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -160,6 +160,7 @@ class _Owned:
     lost: asyncio.Event
     since_snapshot: int = 0
     fenced: bool = False
+    dirty: bool = False
     watch: asyncio.Task[None] | None = field(default=None)
 
 
@@ -176,6 +177,7 @@ class RedisBackend(Backend):
         poll_interval: float = 0.1,
         replica_cache: int = 1024,
         reader_window: int = 1024,
+        conversation_ttl_seconds: float | None = None,
     ) -> None:
         self.redis = redis
         self.prefix = key_prefix
@@ -183,6 +185,11 @@ class RedisBackend(Backend):
         self.snapshot_every = snapshot_every
         self.lease_ttl_ms = max(1, int(lease_ttl_seconds * 1000))
         self.poll_interval = poll_interval
+        self.ttl_ms = (
+            None
+            if conversation_ttl_seconds is None
+            else max(1, int(conversation_ttl_seconds * 1000))
+        )
         self.log = EventLog(redis, event_log_max_len)
         self.ownership = Ownership(redis, self.instance_id, self.lease_ttl_ms)
         self.control = Control(redis)
@@ -199,18 +206,44 @@ class RedisBackend(Backend):
         self._owned: dict[str, _Owned] = {}
         self._replicas: OrderedDict[str, _State] = OrderedDict()
         self._replica_cap = replica_cache
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list[Any]] = {}
         self._bg: set[asyncio.Task[None]] = set()
 
     # --- helpers -------------------------------------------------------------------------
     def keys(self, ref: ConversationRef) -> ConversationKeys:
         return ConversationKeys(self.prefix, conversation_tag(ref.principal, ref.key))
 
-    def _lock(self, tag: str) -> asyncio.Lock:
-        lock = self._locks.get(tag)
-        if lock is None:
-            lock = self._locks[tag] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, tag: str) -> AsyncIterator[None]:
+        """One state loader/writer per conversation in this process; dropped when unused."""
+        entry = self._locks.get(tag)
+        if entry is None:
+            entry = self._locks[tag] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._locks.get(tag) is entry:
+                del self._locks[tag]
+
+    async def _touch(self, keys: ConversationKeys) -> None:
+        """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``)."""
+        if self.ttl_ms is None:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in (keys.meta, keys.log, keys.snap, keys.fence):
+                pipe.pexpire(key, self.ttl_ms)
+            await pipe.execute()
+
+    def _touch_later(self, keys: ConversationKeys) -> None:
+        if self.ttl_ms is not None:
+            self._spawn(self._touch_quietly(keys))
+
+    async def _touch_quietly(self, keys: ConversationKeys) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self._touch(keys)
 
     def _remember(self, tag: str, state: _State) -> None:
         self._replicas[tag] = state
@@ -256,6 +289,7 @@ class RedisBackend(Backend):
             )
             if created:
                 await self.redis.hset(principal_index_key(ref.principal, self.prefix), ref.key, 1)
+                await self._touch(keys)
         return bool(created)
 
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
@@ -297,9 +331,15 @@ class RedisBackend(Backend):
                     pipe.hget(self.keys(ConversationRef(principal, name)).meta, "meta")
                 metas = await pipe.execute()
         out: list[tuple[str, ConversationMeta]] = []
+        stale: list[str] = []
         for name, raw in zip(names, metas, strict=True):
-            if raw is not None:
+            if raw is None:
+                stale.append(name)  # expired (conversation_ttl_seconds)
+            else:
                 out.append((name, ConversationMeta.from_dict(orjson.loads(raw))))
+        if stale:
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.hdel(index, *stale)
         return out
 
     # --- state ---------------------------------------------------------------------------
@@ -352,7 +392,7 @@ class RedisBackend(Backend):
             if inc is None or raw_meta is None:
                 return None
             meta = ConversationMeta.from_dict(orjson.loads(raw_meta))
-            if owned is not None and not owned.fenced:
+            if owned is not None and not owned.fenced and not owned.dirty:
                 state = owned.state
             else:
                 if run is not None and not alive:
@@ -390,11 +430,31 @@ class RedisBackend(Backend):
             self._fence(owned)
             raise RunFenced(owned.token.run_id) from None
         except BaseException:
-            # The local state is ahead of the log now: rebuild it from Redis next time.
-            self._fence(owned)
+            # The local state may be ahead of the log now (or not, if the append landed):
+            # rebuild it from Redis before the next append.
+            owned.dirty = True
             raise
         owned.state.stream_id = ids[0]
+        if snap is not None:
+            self._touch_later(owned.keys)
         return ids[0]
+
+    async def _live_owned(self, keys: ConversationKeys) -> _Owned | None:
+        """Our run's record for the conversation (state rebuilt if an append failed)."""
+        owned = self._owned.get(keys.tag)
+        if owned is None:
+            return None
+        if owned.fenced:
+            raise RunFenced(owned.token.run_id)
+        if owned.dirty:
+            async with self._lock(keys.tag):
+                if owned.dirty:
+                    inc = await self.redis.hget(keys.meta, "inc")
+                    self._replicas.pop(keys.tag, None)
+                    owned.state = await self._load(keys, _s(inc) if inc else owned.state.inc)
+                    self._replicas.pop(keys.tag, None)
+                    owned.dirty = False
+        return owned
 
     async def _free_append(self, keys: ConversationKeys, item: Pending, fold: Any) -> LogEntry:
         """Append outside a run of ours (no run may be active): fenced by the empty token."""
@@ -423,11 +483,9 @@ class RedisBackend(Backend):
         item = Pending(
             KIND_EVENT, orjson.dumps(event), str(event.get("type", "")), str(event.get("runId", ""))
         )
-        owned = self._owned.get(keys.tag)
         with _unavailable():
-            if owned is None or owned.fenced:
-                if owned is not None:
-                    raise RunFenced(owned.token.run_id)
+            owned = await self._live_owned(keys)
+            if owned is None:
                 return await self._free_append(keys, item, lambda s: s.store.dispatch(event))
             owned.state.store.dispatch(event)
             stream_id = await self._owner_append(owned, item)
@@ -442,11 +500,9 @@ class RedisBackend(Backend):
         def fold(state: _State) -> None:
             state.extensions[key] = value
 
-        owned = self._owned.get(keys.tag)
         with _unavailable():
-            if owned is None or owned.fenced:
-                if owned is not None:
-                    raise RunFenced(owned.token.run_id)
+            owned = await self._live_owned(keys)
+            if owned is None:
                 return await self._free_append(keys, item, fold)
             fold(owned.state)
             stream_id = await self._owner_append(owned, item)
@@ -675,10 +731,17 @@ class RedisBackend(Backend):
         if owned.fenced:
             return
         with _unavailable():
+            if owned.dirty:
+                self._owned[keys.tag] = owned
+                try:
+                    await self._live_owned(keys)
+                finally:
+                    self._owned.pop(keys.tag, None)
             try:
                 await owned.writer.append([], release=True, snapshot=owned.state.snapshot_write())
             except Fenced:
                 return
+            await self._touch(keys)
         self._remember(keys.tag, owned.state)
 
     async def active_run(self, ref: ConversationRef) -> str | None:
