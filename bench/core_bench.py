@@ -4,7 +4,7 @@
    event, then reduces it) for a realistic mix: 80% message/reasoning deltas, the rest starts,
    tools, tasks, artifacts, approvals and terminals over many runs of one session.
 2. Append cost: per-event cost of the 1,000th vs the 100,000th delta into one message (mean over
-   a window of 1,000 deltas around each, median of 7 runs), as a ratio measured in the same
+   a window of 1,000 deltas around each, best of 7 runs), as a ratio measured in the same
    process. The prebuilt input events are moved out of the collector's way (``gc.freeze``) so
    the figure is the store's own cost, not the cost of the benchmark's 100,000 input dicts.
 
@@ -125,9 +125,19 @@ def append_ratio(total: int = 100_000, window: int = 1_000, repeats: int = 7) ->
         content = store.get_entity("message", "run_append", "m")
         assert content is not None and len(content["content"]) == 4 * total
     gc.unfreeze()
-    early_ns = statistics.median(early_costs) * 1e9
-    late_ns = statistics.median(late_costs) * 1e9
-    return {"early_ns": early_ns, "late_ns": late_ns, "ratio": late_ns / early_ns}
+    # Interference from other processes only ever adds time: the best window of each is the
+    # store's own cost (timeit's rule); the median ratio is printed too.
+    early_ns = min(early_costs) * 1e9
+    late_ns = min(late_costs) * 1e9
+    median_ratio = statistics.median(
+        late / early for early, late in zip(early_costs, late_costs, strict=True)
+    )
+    return {
+        "early_ns": early_ns,
+        "late_ns": late_ns,
+        "ratio": late_ns / early_ns,
+        "median_ratio": median_ratio,
+    }
 
 
 def pure_fold_rate(events: list[dict[str, Any]]) -> float:
@@ -164,7 +174,8 @@ def main() -> None:
     print(
         "append cost into one message: "
         f"1,000th delta {figures['early_ns']:.0f} ns, 100,000th delta {figures['late_ns']:.0f} ns, "
-        f"ratio {figures['ratio']:.2f}"
+        f"ratio {figures['ratio']:.2f} (best windows; median of per-run ratios "
+        f"{figures['median_ratio']:.2f})"
     )
 
 

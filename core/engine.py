@@ -37,6 +37,18 @@ _TEXT_FIELDS: Final[dict[str, str]] = {
     "reasoning": "content",
     "toolCalls": "arguments",
 }
+#: Text-delta event type -> (state map, payload id field); message.delta with a string delta
+#: on string content takes the same hot path.
+_TEXT_DELTA_MAPS: Final[dict[str, str]] = {
+    "message.delta": "messages",
+    "reasoning.delta": "reasoning",
+    "tool.arguments_delta": "toolCalls",
+}
+_TEXT_DELTA_IDS: Final[dict[str, str]] = {
+    "message.delta": "messageId",
+    "reasoning.delta": "reasoningId",
+    "tool.arguments_delta": "toolCallId",
+}
 _MAP_NAMES: Final[tuple[str, ...]] = ("sessions", "runs", *ENTITY_MAPS.values())
 _RUN_TERMINAL_FIELD: Final[dict[str, str]] = {
     "run.completed": "",
@@ -454,6 +466,26 @@ class Engine:
     def _on_text_delta(
         self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
     ) -> int:
+        if self.journal is None:
+            # Hot path (inlined): an append to a streaming entity, outside a strict batch.
+            map_name = _TEXT_DELTA_MAPS[etype]
+            key = prefix + event["payload"][_TEXT_DELTA_IDS[etype]]
+            record = self.entities[map_name].get(key)
+            if record is not None and record["status"] not in TERMINAL_STATUSES:
+                field = _TEXT_FIELDS[map_name]
+                text = record[field]
+                if type(text) is Text:
+                    chunks = text.chunks
+                    chunks.append(event["payload"]["delta"])
+                    if len(chunks) % _MERGE_EVERY == 0:
+                        chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
+                    record["updatedAt"] = event["timestamp"]
+                    self._dirty[map_name][key] = None
+                    self.processed[ekey] = True
+                    self.last_seq[event["runId"]] = event["sequence"]
+                    self._snap = None
+                    self._version += 1
+                    return ACCEPTED
         found = self._entity(event, etype, prefix, ekey)
         if type(found) is int:
             return found
@@ -473,6 +505,10 @@ class Engine:
     def _on_message_delta(
         self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
     ) -> int:
+        if self.journal is None and type(event["payload"]["delta"]) is str:
+            record = self.entities["messages"].get(prefix + event["payload"]["messageId"])
+            if record is not None and type(record["content"]) is Text:
+                return self._on_text_delta(event, etype, prefix, ekey, run)
         found = self._entity(event, etype, prefix, ekey)
         if type(found) is int:
             return found

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from core.engine import ACCEPTED, DUPLICATE, Engine
-from core.events import EventValidationError, validate_event
+from core.events import EventValidationError, _validate, validate_event
 from core.issues import AgentProtocolError, AgentProtocolIssue
 from core.keys import entity_key, event_key
 from core.kinds import ENTITY_MAPS, KIND_ALIASES
@@ -80,7 +80,9 @@ class AgentStore:
         """Apply one event; notify subscribers when the state changed."""
         self._ensure_active()
         outcome = self._apply(event)
-        if outcome is DispatchOutcome.ACCEPTED or outcome is DispatchOutcome.REJECTED:
+        if self._listeners and (
+            outcome is DispatchOutcome.ACCEPTED or outcome is DispatchOutcome.REJECTED
+        ):
             self._emit()
         return outcome
 
@@ -184,7 +186,10 @@ class AgentStore:
     def _apply(self, event: Mapping[str, Any]) -> DispatchOutcome:
         self.last_issue = None
         self.last_error = None
-        error = validate_event(event)
+        try:
+            error = _validate(event)
+        except Exception:  # odd mappings: let validate_event describe it
+            error = validate_event(event)
         if error is not None:
             self.last_outcome = DispatchOutcome.INVALID
             self.last_error = error
