@@ -340,3 +340,13 @@ def test_long_streams_stay_exact_across_merges_snapshots_and_rollbacks() -> None
     tool = store.get_entity("tool", "r", "t")
     assert message is not None and message["content"] == "".join(expected_text)
     assert tool is not None and tool["arguments"] == "".join(expected_args)
+
+
+def test_odd_mapping_is_invalid_not_an_exception() -> None:
+    class Weird(dict[str, Any]):
+        def get(self, *args: Any) -> Any:
+            raise RuntimeError("odd")
+
+    store = AgentStore()
+    assert store.dispatch(Weird()) is DispatchOutcome.INVALID
+    assert store.last_error is not None and store.last_error.path == "$"
