@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +20,22 @@ from core.replay import ReplayResult, ReplayStopped, replay_jsonl
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 
+def _json_safe(value: Any) -> Any:
+    """What ``JSON.stringify`` writes: non-finite numbers become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 def _dump_json(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # e.g. an integer beyond 64 bits
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except TypeError:  # an integer beyond 64 bits, a lone surrogate
+        return json.dumps(_json_safe(value), separators=(",", ":"), allow_nan=False)
 
 
 # --- replay --------------------------------------------------------------------------------------
@@ -84,6 +96,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 # --- entry point ---------------------------------------------------------------------------------
+
 
 def add_validate_command(subparsers: Any) -> None:
     from app.cli_providers import add_validate_command as add

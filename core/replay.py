@@ -7,6 +7,7 @@ replay stops at the first invalid line or protocol issue by raising ``ReplayStop
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,11 +66,25 @@ def iter_jsonl(text: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parse(line: str) -> tuple[Any, str | None]:
+    """Parse one line as ``JSON.parse`` would (orjson first, the stdlib for its edge cases).
+
+    orjson refuses two things ``JSON.parse`` accepts: lone surrogate escapes and numbers beyond
+    double range (``1e400`` is ``Infinity`` in JavaScript); the stdlib parser takes both, with
+    ``NaN``/``Infinity`` literals refused as in JavaScript.
+    """
     try:
         return orjson.loads(line), None
     except orjson.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc}"
+        first_error = exc
+    try:
+        return json.loads(line, parse_constant=_reject_constant), None
+    except (ValueError, RecursionError):
+        return None, f"invalid JSON: {first_error}"
 
 
 def replay_jsonl(text: str | Iterable[tuple[int, str]], *, strict: bool = False) -> ReplayResult:

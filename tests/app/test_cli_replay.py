@@ -120,3 +120,20 @@ def test_console_process_never_prints_a_traceback(tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert [entry["line"] for entry in data["invalid"]] == [1, 2, 3, 4, 5]
     assert list(data["state"]["runs"]) == ["r"]
+
+
+def test_lone_surrogates_and_huge_numbers_are_printed_as_json(tmp_path: Path) -> None:
+    start = _stream()[0].replace('"prompt": "hi"', '"prompt": "\\ud800", "n": 1e400')
+    path = _write(tmp_path, [start])
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Infinity" not in proc.stdout
+    data = json.loads(proc.stdout)
+    assert data["state"]["runs"]["r"]["input"] == {"prompt": "\ud800", "n": None}
+    assert data["invalid"] == []

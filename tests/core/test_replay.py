@@ -64,3 +64,24 @@ def test_line_separators_inside_strings_do_not_split_lines() -> None:
     result = replay_jsonl(text)
     assert result.invalid == []
     assert result.state["runs"]["r"]["input"] == "a\u2028b\u0085c"
+
+
+def test_lines_parse_like_json_parse() -> None:
+    factory = EventFactory("s", "r", now=lambda: 1)
+    start = json.dumps(factory.create("run.started", {"input": "x"}))
+    surrogate = start.replace('"input": "x"', '"input": "\\ud800"')
+    huge = json.dumps(factory.create("run.started", {}, sequence=5)).replace(
+        '"timestamp": 1', '"timestamp": 1e400'
+    )
+    text = "\n".join([surrogate, "NaN", '{"a": Infinity}', huge, "\ufeff{}"])
+    result = replay_jsonl(text)
+    # A lone surrogate escape is accepted (JSON.parse does); NaN/Infinity literals are not JSON;
+    # 1e400 parses (to Infinity) but makes the event invalid; a BOM is not JSON.
+    assert result.state["runs"]["r"]["input"] == "\ud800"
+    assert [(entry["line"], entry["error"].split(":")[0]) for entry in result.invalid] == [
+        (2, "invalid JSON"),
+        (3, "invalid JSON"),
+        (4, "invalid AgentEvent"),
+        (5, "invalid JSON"),
+    ]
+    assert "$.timestamp" in result.invalid[2]["error"]
