@@ -57,7 +57,10 @@ async def follow(
             yield body
             pos = body["cursor"]
     followed = pos != EMPTY_CURSOR
-    stop_at_head = spec.until_idle and not runs.is_busy(ref)
+    # Busy here or, with several instances, on another one (the backend's run slot).
+    stop_at_head = (
+        spec.until_idle and not runs.is_busy(ref) and await backend.active_run(ref) is None
+    )
     while True:
         if pending:
             entries, pending = pending, []
@@ -84,5 +87,9 @@ async def follow(
             if entry.is_run_terminal:
                 if spec.until_run is not None and entry.run_id == spec.until_run:
                     return
-                if spec.until_idle and not runs.is_busy(ref, excluding=entry.run_id):
+                if (
+                    spec.until_idle
+                    and not runs.is_busy(ref, excluding=entry.run_id)
+                    and await backend.active_run(ref) in (None, entry.run_id)
+                ):
                     stop_at_head = True  # deliver what is already logged, then close

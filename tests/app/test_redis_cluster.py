@@ -289,3 +289,24 @@ async def test_interrupt_from_two_instances_never_runs_two_at_once() -> None:
             (first.json()["runId"], "run.cancelled"),
             (second.json()["runId"], "run.completed"),
         ]
+
+
+async def test_until_idle_on_b_waits_for_the_run_on_a() -> None:
+    async with cluster() as (a, b):
+        res = await post_run(a.url, "c1", {"input": {"prompt": "text:2 sleep:1 text:2"}})
+        assert res.status_code == 202
+        started = time.monotonic()
+        async with (
+            httpx.AsyncClient(base_url=b.url, timeout=15.0) as client,
+            aconnect_sse(
+                client, "GET", "/v1/conversations/c1/events", params={"untilIdle": "true"}
+            ) as source,
+        ):
+            frames = [sse async for sse in source.aiter_sse() if sse.data]
+        # The stream on B stayed open until the run on A ended, then closed by itself.
+        assert time.monotonic() - started > 0.8
+        last = orjson.loads(frames[-1].data)
+        assert last["type"] == "run.completed" and last["runId"] == res.json()["runId"]
+        async with httpx.AsyncClient(base_url=b.url, timeout=15.0) as client:
+            idle = await client.get("/v1/conversations/c1/events", params={"untilIdle": "true"})
+        assert idle.status_code == 200 and "event: snapshot" in idle.text  # closes at once
