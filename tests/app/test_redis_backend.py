@@ -11,6 +11,7 @@ import pytest
 from app.backends import EMPTY_CURSOR, ConversationRef
 from app.backends.redis import RedisBackend, redis_client
 from app.errors import ApiError
+from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 
@@ -213,3 +214,28 @@ async def test_owner_rebuilds_its_state_after_a_failed_append(
     assert snap_a.state == snap_b.state and snap_a.state["issues"] == []
     assert next(iter(snap_a.state["messages"].values()))["content"] == "0,1,2,"
     await a.release_run(ref, "r1")
+
+
+async def test_a_command_in_flight_is_refused_on_every_instance(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "cmd")
+    await a.create_conversation(ref, meta())
+    control = Control("r1")
+    assert await a.claim_run(ref, control)
+    approve = Command("approval.resolve", {"approvalId": "ap1", "decision": "approved"})
+    assert await b.send_command(ref, "r1", approve) is True  # B -> owner A
+    for backend in (a, b):
+        with pytest.raises(ApiError) as refused:
+            await backend.send_command(ref, "r1", approve)
+        assert (refused.value.status, refused.value.code) == (409, "approval_already_resolved")
+    result = Command("tool.submit_result", {"toolCallId": "t1", "result": 1})
+    assert await a.send_command(ref, "r1", result) is True  # local delivery, marked too
+    with pytest.raises(ApiError) as refused:
+        await b.send_command(ref, "r1", result)
+    assert refused.value.code == "tool_not_awaiting_result"
+    await asyncio.sleep(0.3)  # B's command reaches A through Redis
+    assert sorted(c.type for c in control.commands) == ["approval.resolve", "tool.submit_result"]
+    await a.release_run(ref, "r1")
+    assert await a.redis.exists(a.keys(ref).inflight) == 0

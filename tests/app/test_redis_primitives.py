@@ -191,7 +191,7 @@ async def test_abort_and_commands_reach_the_owner(redis: Redis, prefix: str) -> 
     keys = keys_for(prefix)
     assert await control.abort(keys, None, "aborted") is None  # nothing running
     await own.claim(keys, "run_1")
-    assert not await control.command(keys, "run_other", b"{}")
+    assert await control.command(keys, "run_other", b"{}") == 0
     bus = ControlBus(redis)
     await bus.start()
     aborted = asyncio.get_running_loop().create_future()
@@ -208,7 +208,8 @@ async def test_abort_and_commands_reach_the_owner(redis: Redis, prefix: str) -> 
     try:
         await asyncio.sleep(0.3)  # subscribed
         for i in range(3):
-            assert await control.command(keys, "run_1", orjson.dumps({"i": i}))
+            assert await control.command(keys, "run_1", orjson.dumps({"i": i}), f"t{i}") == 1
+        assert await control.command(keys, "run_1", b"{}", "t0") == 2  # t0 is in flight
         t0 = time.monotonic()
         assert await control.abort(keys, "run_other", "aborted") is None
         assert await control.abort(keys, None, "aborted") == "run_1"

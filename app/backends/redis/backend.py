@@ -116,6 +116,22 @@ def _parse_cursor(cursor: str) -> tuple[str | None, str] | None:
     return inc, sid
 
 
+#: A second command for a target already in flight (on any instance) is refused like this.
+_IN_FLIGHT: dict[str, tuple[str, str]] = {
+    "approval.resolve": ("approval_already_resolved", "Approval {} is resolved."),
+    "tool.submit_result": ("tool_not_awaiting_result", "Tool call {} awaits no result."),
+    "tool.retry": ("tool_not_retryable", "Tool call {} cannot be retried."),
+}
+
+
+def _command_target(command: Command) -> str:
+    for name in ("approvalId", "toolCallId"):
+        value = command.payload.get(name)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
 def _stored(stream_id: str, item: Pending) -> Entry:
     return Entry(stream_id, item.kind, item.data, item.type, item.run_id)
 
@@ -768,12 +784,20 @@ class RedisBackend(Backend):
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         keys = self.keys(ref)
         owned = self._owned.get(keys.tag)
-        if owned is not None and not owned.fenced and owned.token.run_id == run_id:
-            owned.control.deliver(command)
-            return True
-        body = orjson.dumps({"type": command.type, "payload": dict(command.payload)})
+        local = owned is not None and not owned.fenced and owned.token.run_id == run_id
+        target = _command_target(command)
+        body = None
+        if not local:
+            body = orjson.dumps({"type": command.type, "payload": dict(command.payload)})
         with _unavailable():
-            return await self.control.command(keys, run_id, body)
+            status = await self.control.command(keys, run_id, body, target)
+        if status == 2:
+            code, message = _IN_FLIGHT.get(command.type, ("run_not_running", "Already sent."))
+            raise ApiError(409, code, message.format(target))
+        if status == 1 and local:
+            assert owned is not None
+            owned.control.deliver(command)
+        return status == 1
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

@@ -48,10 +48,18 @@ class Control:
         )
         return _s(res) if res else None
 
-    async def command(self, keys: ConversationKeys, run_id: str, command: bytes) -> bool:
-        """Queue ``command`` (JSON) for the owner of ``run_id``; False when it is not active."""
-        res = await self._command(keys=[keys.run, keys.cmd], args=[run_id, command, keys.ctl])
-        return bool(int(res))
+    async def command(
+        self, keys: ConversationKeys, run_id: str, command: bytes | None, target: str = ""
+    ) -> int:
+        """Queue ``command`` (JSON; None: only mark ``target``) for the owner of ``run_id``.
+
+        1 queued, 0 the run is not active, 2 ``target`` already has a command in flight.
+        """
+        res = await self._command(
+            keys=[keys.run, keys.cmd, keys.inflight],
+            args=[run_id, command or b"", keys.ctl, target],
+        )
+        return int(res)
 
 
 class ControlBus:

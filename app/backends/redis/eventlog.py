@@ -141,7 +141,16 @@ class EventLog:
             args.extend((item.kind, item.data, item.type, item.run_id))
         try:
             res = await self._append(
-                keys=[keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd], args=args
+                keys=[
+                    keys.run,
+                    keys.log,
+                    keys.lease,
+                    keys.snap,
+                    keys.abort,
+                    keys.cmd,
+                    keys.inflight,
+                ],
+                args=args,
             )
         except ResponseError as exc:
             if "FENCED" in str(exc):

@@ -17,6 +17,7 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:fence   counter  INCR'd on every ownership change: the fencing token's number
     P:{T}:abort   string   abort flag "runId|reason" the owner polls (pub/sub may drop)
     P:{T}:cmd     list     commands for the owner (RPUSH here, LPOP there)
+    P:{T}:inflight set     targets (approval / tool call ids) with a command in flight
     P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
@@ -91,6 +92,10 @@ class ConversationKeys:
         return self._k("cmd")
 
     @property
+    def inflight(self) -> str:
+        return self._k("inflight")
+
+    @property
     def ctl(self) -> str:
         return self._k("ctl")
 
@@ -105,6 +110,7 @@ class ConversationKeys:
             self.fence,
             self.abort,
             self.cmd,
+            self.inflight,
         )
 
 

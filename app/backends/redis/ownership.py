@@ -89,7 +89,7 @@ class Ownership:
         return Token(_s(res)) if res else None
 
     async def release(self, keys: ConversationKeys, token: Token) -> bool:
-        res = await self._release(keys=[keys.run, keys.lease], args=[token.raw])
+        res = await self._release(keys=[keys.run, keys.lease, keys.inflight], args=[token.raw])
         return bool(int(res))
 
     async def holder(self, keys: ConversationKeys) -> tuple[Token | None, bool]:

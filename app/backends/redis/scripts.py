@@ -46,7 +46,7 @@ redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 return token
 """
 
-#: KEYS: run, log, lease, snap, abort, cmd.
+#: KEYS: run, log, lease, snap, abort, cmd, inflight.
 #: ARGV: token ('' = only when no run is active), maxlen ("~N" approximate | "=N" exact),
 #:       release (0/1),
 #:       snapshot state ('' = no snapshot), snapshot extensions, snapshot cursor when n = 0,
@@ -73,15 +73,15 @@ if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[4], 'state', ARGV[4], 'ext', ARGV[5], 'cursor', ids[n] or ARGV[6])
 end
 if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[1], KEYS[3], KEYS[5], KEYS[6])
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
 end
 return ids
 """
 
-#: KEYS: run, lease.  ARGV: token.  Give the run up without writing. -> 1 | 0
+#: KEYS: run, lease, inflight.  ARGV: token.  Give the run up without writing. -> 1 | 0
 RELEASE: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 """
 
@@ -98,15 +98,20 @@ redis.call('PUBLISH', ARGV[4], 'abort')
 return run_id
 """
 
-#: KEYS: run, cmd.  ARGV: run_id, command JSON, channel.
-#: Queue a command for the owner of ``run_id`` and wake it. -> 1 | 0 (run not active)
+#: KEYS: run, cmd, inflight.  ARGV: run_id, command JSON ('' = do not queue: the owner is
+#: local and delivered it), channel, target id ('' = none).
+#: Queue a command for the owner of ``run_id`` and wake it; a target with a command already in
+#: flight (for this run, cluster-wide) is refused. -> 1 queued | 0 run not active | 2 in flight
 COMMAND: Final = """
 local holder = redis.call('GET', KEYS[1])
 if not holder then return 0 end
 local run_id = string.match(holder, '^[^|]*|[^|]*|(.*)$')
 if run_id ~= ARGV[1] then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('PUBLISH', ARGV[3], 'cmd')
+if ARGV[4] ~= '' and redis.call('SADD', KEYS[3], ARGV[4]) == 0 then return 2 end
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], 'cmd')
+end
 return 1
 """
 
