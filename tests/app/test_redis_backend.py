@@ -239,3 +239,26 @@ async def test_a_command_in_flight_is_refused_on_every_instance(
     assert sorted(c.type for c in control.commands) == ["approval.resolve", "tool.submit_result"]
     await a.release_run(ref, "r1")
     assert await a.redis.exists(a.keys(ref).inflight) == 0
+
+
+async def test_a_lost_owner_nobody_looks_at_is_swept(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "unwatched")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    for e in run_events("r1", 1):
+        await a.append_event(ref, e)
+    keys = a.keys(ref)
+    assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is not None
+    await a._stop_owned(a._owned.pop(keys.tag))  # A is gone; nobody reads the conversation
+    deadline = asyncio.get_running_loop().time() + 3
+    while True:
+        last = await a.redis.xrevrange(keys.log, count=1)
+        if last and last[0][1][b"t"] == b"run.failed":
+            break
+        assert asyncio.get_running_loop().time() < deadline, "the sweeper did not end the run"
+        await asyncio.sleep(0.05)
+    assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is None
+    assert b.hub.readers == {}  # found by the sweep, not by a reader

@@ -67,6 +67,7 @@ from app.backends.redis.keys import (
 from app.backends.redis.lost_owner import lost_run_events
 from app.backends.redis.ownership import LeaseKeeper, Ownership, Token
 from app.backends.redis.scripts import CREATE, SAVE_META
+from app.backends.redis.tasks import stop_task
 from app.errors import ApiError
 from app.ids import new_token
 from core import AgentStore
@@ -224,6 +225,7 @@ class RedisBackend(Backend):
         self._replica_cap = replica_cache
         self._locks: dict[str, list[Any]] = {}
         self._bg: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     # --- helpers -------------------------------------------------------------------------
     def keys(self, ref: ConversationRef) -> ConversationKeys:
@@ -275,8 +277,32 @@ class RedisBackend(Backend):
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         await self.bus.start()
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="redis-lost-owners")
+
+    async def _sweep_forever(self) -> None:
+        """Find runs whose owner vanished even when no instance looks at the conversation."""
+        interval = max(0.25, self.lease_ttl_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except (RedisError, OSError) as exc:
+                log.debug("lost-owner sweep skipped: %s", exc)
+            except Exception:
+                log.exception("lost-owner sweep failed")
+
+    async def sweep(self) -> None:
+        for tag in await self.ownership.lapsed(self.prefix):
+            keys = ConversationKeys(self.prefix, tag)
+            token, alive = await self.ownership.holder(keys)
+            if token is None:
+                await self.ownership.unmark(keys)
+            elif not alive and tag not in self._owned:
+                await self._reap(keys, token)
 
     async def close(self) -> None:
+        await stop_task(self._sweeper)
+        self._sweeper = None
         for owned in list(self._owned.values()):
             await self._stop_owned(owned)
         self._owned.clear()
@@ -653,6 +679,7 @@ class RedisBackend(Backend):
                 return
             if state is not None and ids:
                 state.stream_id = ids[-1]
+            await self.ownership.unmark(keys)
         log.warning(
             "run %s lost its owner %s; ended by %s (%d events, %.0f ms)",
             holder.run_id,
@@ -691,6 +718,7 @@ class RedisBackend(Backend):
                 return False
             token = claim.token
             try:
+                await self.ownership.mark(keys)
                 inc = await self.redis.hget(keys.meta, "inc")
                 async with self._lock(keys.tag):
                     state = await self._load(keys, _s(inc) if inc is not None else new_token(6))
@@ -757,6 +785,7 @@ class RedisBackend(Backend):
                 await owned.writer.append([], release=True, snapshot=owned.state.snapshot_write())
             except Fenced:
                 return
+            await self.ownership.unmark(keys)
             await self._touch(keys)
         self._remember(keys.tag, owned.state)
 

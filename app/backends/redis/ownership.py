@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,6 +93,26 @@ class Ownership:
         res = await self._release(keys=[keys.run, keys.lease, keys.inflight], args=[token.raw])
         return bool(int(res))
 
+    # --- the index of running runs: lets any instance find lost owners nobody looks at -------
+    def index_key(self, prefix: str) -> str:
+        return f"{prefix}:runs"
+
+    async def mark(self, keys: ConversationKeys) -> None:
+        """Record (or push back) the moment this conversation's lease would lapse."""
+        deadline = time.time() * 1000 + self.lease_ttl_ms
+        await self.redis.zadd(self.index_key(keys.prefix), {keys.tag: deadline})
+
+    async def unmark(self, keys: ConversationKeys) -> None:
+        await self.redis.zrem(self.index_key(keys.prefix), keys.tag)
+
+    async def lapsed(self, prefix: str, limit: int = 100) -> list[str]:
+        """Tags whose recorded lease deadline has passed (candidates: the lease decides)."""
+        now = time.time() * 1000
+        tags = await self.redis.zrangebyscore(
+            self.index_key(prefix), "-inf", now, start=0, num=limit
+        )
+        return [_s(tag) for tag in tags]
+
     async def holder(self, keys: ConversationKeys) -> tuple[Token | None, bool]:
         """The active run's token (or None) and whether its lease is alive."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -130,6 +151,7 @@ class LeaseKeeper:
                     log.warning("run %s lost its lease (fenced)", self._token.run_id)
                     self._lost.set()
                     return
+                await self._own.mark(self._keys)
             except Exception as exc:  # Redis down: keep trying, the fence protects the log
                 log.warning("lease renewal failed for run %s: %s", self._token.run_id, exc)
 
