@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from sse_starlette.sse import AppStatus
+from starlette.types import Receive, Scope, Send
 
 from app.backends import Backend
 from app.config import Settings, load_settings
@@ -17,11 +18,26 @@ from app.gateway import Gateway
 from app.logs import RequestContextMiddleware, collect_secrets, register_secrets
 from app.responses import JSON
 from app.routes import commands, conversations, events, system, ws
+from app.sse import TRANSPORT_EXTENSION
 from providers.contract import AgentProvider
 
-__all__ = ["create_app"]
+__all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]
 
 API_VERSION = "1.0.0"
+
+
+class GatewayApp(FastAPI):
+    """FastAPI, plus the server's transport in ``scope["extensions"]`` when it is reachable.
+
+    A subscriber dropped for a blocked send must free what its socket buffer pins at once; a
+    graceful close would wait for a peer that never reads (see ``app/sse.py``).
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        if transport is not None and scope["type"] == "http":
+            scope.setdefault("extensions", {})[TRANSPORT_EXTENSION] = transport
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -46,7 +62,7 @@ def create_app(
         finally:
             await gateway.close()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="Agent Event Gateway",
         version=API_VERSION,
         description="Provider-neutral BFF gateway for Agent Event protocol 0.1.",

@@ -25,6 +25,8 @@ __all__ = ["RETRY_MS", "sse_response"]
 logger = logging.getLogger("app.sse")
 #: The reconnection delay suggested to EventSource clients.
 RETRY_MS = 2000
+#: Set by ``app.factory.GatewayApp``: the connection's transport.
+TRANSPORT_EXTENSION = "gateway.transport"
 
 
 class _GatewayEventSource(EventSourceResponse):
@@ -37,6 +39,11 @@ class _GatewayEventSource(EventSourceResponse):
         except SendTimeoutError:
             self.gateway.metrics.subscriber_dropped("sse")
             logger.info("dropped a subscriber whose send blocked past the send timeout")
+            # Free what the socket buffer pins now: a graceful close would wait for the
+            # stalled peer to read it. The subscriber resumes with Last-Event-ID.
+            transport = scope.get("extensions", {}).get(TRANSPORT_EXTENSION)
+            if transport is not None:
+                transport.abort()
 
 
 def _ping() -> ServerSentEvent:

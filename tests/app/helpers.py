@@ -69,6 +69,7 @@ def events_of(frames: list[ServerSentEvent]) -> list[dict[str, Any]]:
 
 
 def terminal(frames: list[ServerSentEvent]) -> bool:
-    return any(
-        e["type"] in ("run.completed", "run.failed", "run.cancelled") for e in events_of(frames)
-    )
+    """The last frame is a run terminal event (a ``stop`` for :func:`collect_sse`)."""
+    last = frames[-1]
+    ends = ("run.completed", "run.failed", "run.cancelled")
+    return last.event == "message" and orjson.loads(last.data)["type"] in ends
