@@ -10,6 +10,7 @@ upgrades work.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -30,7 +32,7 @@ import websockets
 import yaml  # type: ignore[import-untyped]
 
 from app.config import Settings, load_settings
-from tests.app.redis_support import free_port
+from tests.app.redis_support import SHARED_REDIS_URL, free_port
 from tests.app.test_redis_cluster import Subscriber, cluster, is_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,3 +282,47 @@ async def test_websocket_upgrade_through_nginx() -> None:
             events = [f["event"] for f in frames if f["type"] == "event"]
             assert [e["type"] for e in events].count("message.delta") == 3
             assert events[-1]["type"] == "run.completed"
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def test_the_image_command_serves_with_the_example_toml_and_env_overrides() -> None:
+    """What the container runs: ``agent-gateway serve`` reading $AGENT_GATEWAY_CONFIG, with the
+    compose environment (Redis URL pointed at the local Redis instead of the ``redis`` host)."""
+    instructions = dockerfile_instructions()
+    entrypoint = orjson.loads(next(r for w, r in instructions if w == "ENTRYPOINT"))
+    cmd = orjson.loads(next(r for w, r in instructions if w == "CMD"))
+    port = free_port()
+    cmd[cmd.index("--port") + 1] = str(port)
+    cmd[cmd.index("--host") + 1] = "127.0.0.1"
+    env = {k: str(v) for k, v in compose()["services"]["gateway-1"]["environment"].items()}
+    env["AGENT_GATEWAY_CONFIG"] = str(EXAMPLE_CONFIG)
+    env["AGENT_GATEWAY_GATEWAY__REDIS_URL"] = SHARED_REDIS_URL
+    exe = shutil.which(entrypoint[0]) or str(Path(sys.executable).with_name(entrypoint[0]))
+    proc = _spawn([exe, *cmd], {**os.environ, **env})
+    key = f"image-{uuid.uuid4().hex[:8]}"
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                try:
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the gateway did not become ready"
+                await asyncio.sleep(0.1)
+            res = await client.post(
+                f"/v1/conversations/{key}/runs?stream=true", json={"input": {"prompt": "hi"}}
+            )
+            assert res.status_code == 200, res.text
+            assert '"run.completed"' in res.text
+            state = (await client.get(f"/v1/conversations/{key}/state")).json()
+            assert state["isRequesting"] is False and state["messages"]
+            assert (await client.delete(f"/v1/conversations/{key}")).status_code == 204
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
