@@ -64,6 +64,7 @@ class Subscriber:
         self.ids: list[str] = []
         self.snapshots: list[dict[str, Any]] = []
         self.ready = asyncio.Event()
+        self.snapshot_seen = asyncio.Event()
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -78,6 +79,7 @@ class Subscriber:
             async for sse in source.aiter_sse():
                 if sse.event == "snapshot":
                     self.snapshots.append(orjson.loads(sse.data))
+                    self.snapshot_seen.set()
                     continue
                 if sse.event != "message" or not sse.data:
                     continue  # heartbeats, retry hints
@@ -92,8 +94,11 @@ class Subscriber:
         return self.events
 
     async def started(self) -> None:
+        """The stream is following the log (its snapshot frame arrived, when it sends one)."""
         await asyncio.wait_for(self.ready.wait(), 10)
-        await asyncio.sleep(0.2)  # the stream's snapshot frame is out; the reader is running
+        if self.since is None:
+            await asyncio.wait_for(self.snapshot_seen.wait(), 10)
+        await asyncio.sleep(0.1)
 
 
 async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
