@@ -262,3 +262,19 @@ async def test_a_lost_owner_nobody_looks_at_is_swept(
         await asyncio.sleep(0.05)
     assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is None
     assert b.hub.readers == {}  # found by the sweep, not by a reader
+
+
+def test_public_surface() -> None:
+    import app.backends.redis as package
+
+    assert sorted(package.__all__) == [
+        "DEFAULT_PREFIX",
+        "ConversationKeys",
+        "RedisBackend",
+        "RunFenced",
+        "conversation_tag",
+        "create_redis_backend",
+        "redis_client",
+    ]
+    for name in package.__all__:
+        assert hasattr(package, name)
