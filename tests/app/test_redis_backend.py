@@ -267,14 +267,16 @@ async def test_a_lost_owner_nobody_looks_at_is_swept(
 def test_public_surface() -> None:
     import app.backends.redis as package
 
-    assert sorted(package.__all__) == [
-        "DEFAULT_PREFIX",
-        "ConversationKeys",
-        "RedisBackend",
-        "RunFenced",
-        "conversation_tag",
-        "create_redis_backend",
-        "redis_client",
-    ]
+    assert sorted(package.__all__) == sorted(
+        [
+            "DEFAULT_PREFIX",
+            "ConversationKeys",
+            "RedisBackend",
+            "RunFenced",
+            "conversation_tag",
+            "create_redis_backend",
+            "redis_client",
+        ]
+    )
     for name in package.__all__:
         assert hasattr(package, name)
