@@ -75,6 +75,14 @@ class RunManager:
             return True
         return slot.current is not None and slot.current.run_id != excluding
 
+    def is_pending(self, ref: ConversationRef, run_id: str) -> bool:
+        """``run_id`` is accepted here and waits in the queue (or is starting)."""
+        slot = self._slots.get(ref)
+        if slot is None:
+            return False
+        current = slot.current is not None and slot.current.run_id == run_id
+        return current or any(request.run_id == run_id for request in slot.queue)
+
     def active_count(self) -> int:
         return sum(1 for slot in self._slots.values() if slot.current or slot.queue)
 

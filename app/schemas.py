@@ -11,12 +11,14 @@ __all__ = [
     "AbortBody",
     "ApprovalBody",
     "CommandAccepted",
+    "ConversationPatch",
     "ErrorBody",
     "ProviderInfo",
     "ProvidersAnswer",
     "ReloadBody",
     "RunAccepted",
     "RunBody",
+    "RunRecord",
     "SnapshotBody",
     "ToolResultBody",
 ]
@@ -84,6 +86,19 @@ class RunAccepted(BaseModel):
     provider: str
     cursor: str
     status: Literal["started", "queued"]
+
+
+class ConversationPatch(_Body):
+    title: str = Field(min_length=1, max_length=200)
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    conversationKey: str
+    runId: str
+    sessionId: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
 
 
 class AbortAnswer(BaseModel):

@@ -5,14 +5,24 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
 
 from app.errors import ApiError
 from app.http import GatewayDep, GatewayRoute, Principal, Ref
 from app.responses import JSON
 from app.routes.responses import ERRORS
-from app.schemas import AbortAnswer, AbortBody, ReloadBody, RunAccepted, RunBody, SnapshotBody
+from app.run_records import run_record, wait_for_run
+from app.schemas import (
+    AbortAnswer,
+    AbortBody,
+    ConversationPatch,
+    ReloadBody,
+    RunAccepted,
+    RunBody,
+    RunRecord,
+    SnapshotBody,
+)
 from app.sse import sse_response
 from app.streams import Follow
 
@@ -142,3 +152,51 @@ async def list_conversations(gateway: GatewayDep, principal: Principal) -> Respo
             ]
         }
     )
+
+
+@router.patch(
+    "/{conversationKey}",
+    responses=ERRORS,
+    summary="Set the conversation's title",
+)
+async def patch_conversation(gateway: GatewayDep, ref: Ref, body: ConversationPatch) -> Response:
+    meta = await gateway.backend.get_meta(ref)
+    if meta is None:
+        raise ApiError(404, "conversation_not_found", "No such conversation.")
+    meta.title = body.title
+    await gateway.backend.save_meta(ref, meta)
+    return JSON(
+        {
+            "conversationKey": ref.key,
+            "title": meta.title,
+            "createdAt": meta.created_at,
+            "updatedAt": meta.updated_at,
+        }
+    )
+
+
+@router.get(
+    "/{conversationKey}/runs/{runId}",
+    response_model=RunRecord,
+    responses=ERRORS,
+    summary="One run's record",
+)
+async def get_run(
+    gateway: GatewayDep, ref: Ref, run_id: Annotated[str, Path(alias="runId", min_length=1)]
+) -> Response:
+    return JSON(await run_record(gateway, ref, run_id))
+
+
+@router.get(
+    "/{conversationKey}/runs/{runId}/wait",
+    response_model=RunRecord,
+    responses=ERRORS,
+    summary="Long-poll until the run ends (or the timeout), then its record",
+)
+async def wait_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    run_id: Annotated[str, Path(alias="runId", min_length=1)],
+    seconds: Annotated[float, Query(alias="timeout", gt=0, le=300)] = 30.0,
+) -> Response:
+    return JSON(await wait_for_run(gateway, ref, run_id, seconds))
