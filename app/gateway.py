@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from app.backends import Backend, ConversationRef, create_backend
@@ -18,6 +19,7 @@ from providers.contract import AgentProvider
 __all__ = ["Gateway"]
 
 logger = logging.getLogger("app.gateway")
+SOCKET_CLOSE_SECONDS = 5.0
 
 
 class Gateway:
@@ -41,12 +43,27 @@ class Gateway:
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None
+        self._sockets = 0
+        self._sockets_closed = asyncio.Event()
+        self._sockets_closed.set()
 
     async def start(self) -> None:
         await self.backend.start()
 
     async def snapshot(self, ref: ConversationRef) -> dict[str, Any]:
         return snapshot_object(ref.key, await self.backend.snapshot(ref))
+
+    @contextlib.contextmanager
+    def track_socket(self) -> Iterator[None]:
+        """Count an open WebSocket: the drain waits for them to close themselves (1001)."""
+        self._sockets += 1
+        self._sockets_closed.clear()
+        try:
+            yield
+        finally:
+            self._sockets -= 1
+            if self._sockets == 0:
+                self._sockets_closed.set()
 
     async def drain(self) -> None:
         """Graceful shutdown; idempotent and safe to await from several places."""
@@ -60,6 +77,10 @@ class Gateway:
         await self.runs.drain(grace)
         self.closing.set()
         self.backend.wake_readers()
+        # SSE responses end by themselves; sockets must close (1001) before uvicorn's own
+        # shutdown closes them with 1012.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._sockets_closed.wait(), SOCKET_CLOSE_SECONDS)
 
     async def close(self) -> None:
         await self.drain()

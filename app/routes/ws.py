@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ValidationError
 
 from app.backends import ConversationRef
@@ -211,14 +211,17 @@ async def conversation_ws(
         await websocket.close(code=1008, reason="invalid conversationKey")
         return
     session = _Session(gateway, ConversationRef(principal, conversationKey), websocket)
-    session.restart(Follow(since=since or None))
+    with gateway.track_socket():
+        await _serve(session, since or None)
+
+
+async def _serve(session: _Session, since: str | None) -> None:
+    gateway, websocket = session.gateway, session.socket
+    session.restart(Follow(since=since))
     receiver = asyncio.create_task(session.receive_loop())
     closer = asyncio.create_task(session.closed.wait())
     try:
-        with gateway.metrics.track_subscriber("ws"):
-            await asyncio.wait({receiver, closer}, return_when=asyncio.FIRST_COMPLETED)
-    except WebSocketDisconnect:
-        pass
+        await asyncio.wait({receiver, closer}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in (receiver, closer, session.follower):
             if task is not None:

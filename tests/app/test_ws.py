@@ -147,3 +147,21 @@ async def test_bad_key_and_bad_token(start_gateway: StartGateway) -> None:
         with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
             await ws.recv()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_shutdown_delivers_run_cancelled_then_closes_1001(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+    async with websockets.connect(ws_url(gw)) as ws:
+        await recv(ws)
+        await ws.send(orjson.dumps({"op": "request", "input": {"prompt": "sleep:30"}}).decode())
+        await recv_until(ws, lambda f: f["type"] == "event" and f["event"]["type"] == "run.started")
+        stopping = asyncio.create_task(gw.stop())
+        frames = await recv_until(ws, is_terminal)
+        assert frames[-1]["event"]["type"] == "run.cancelled"
+        assert frames[-1]["event"]["payload"]["reason"] == "shutdown"
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        await asyncio.wait_for(stopping, 15)
