@@ -125,7 +125,7 @@ async def lost_owner_detection(url: str, rounds: int, lease_ttl: float) -> list[
             )
             cursor = await b.head_cursor(ref)
             await b.read(ref, cursor, limit=10, wait=0)  # B has a subscriber (its log reader)
-            await a._stop_owned(a._owned[a.keys(ref).tag])  # freeze, as after kill -9
+            await a._owned[a.keys(ref).tag].stop()  # freeze, as after kill -9
             frozen = time.perf_counter()
             seen = 0.0
             while not seen:

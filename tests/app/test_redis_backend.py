@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,7 @@ async def test_lost_owner_is_fenced_and_its_run_failed_by_another_instance(
     head = await b.head_cursor(ref)
     # A freezes (stops renewing, polling): what kill -9 looks like from Redis.
     owned = a._owned[a.keys(ref).tag]
-    await a._stop_owned(owned)
+    await owned.stop()
     assert await b.claim_run(ref, Control("r2")) is False  # lease still alive
     # B's subscriber notices the lost owner within the lease TTL plus one reader tick.
     got = await b.read(ref, head, limit=100, wait=3)
@@ -143,7 +144,7 @@ async def test_every_instance_notices_a_lost_owner_when_it_touches_the_conversat
     assert await a.claim_run(ref, Control("r1"))
     for e in run_events("r1", 1):
         await a.append_event(ref, e)
-    await a._stop_owned(a._owned[a.keys(ref).tag])
+    await a._owned[a.keys(ref).tag].stop()
     await asyncio.sleep(0.7)  # the lease (0.5 s) expires; nobody subscribes
     assert await b.request_abort(ref, None, "aborted") is None  # reaped, nothing to abort
     snap = await b.snapshot(ref)
@@ -252,10 +253,10 @@ async def test_a_lost_owner_nobody_looks_at_is_swept(
         await a.append_event(ref, e)
     keys = a.keys(ref)
     assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is not None
-    await a._stop_owned(a._owned.pop(keys.tag))  # A is gone; nobody reads the conversation
+    await a._owned.pop(keys.tag).stop()  # A is gone; nobody reads the conversation
     deadline = asyncio.get_running_loop().time() + 3
     while True:
-        last = await a.redis.xrevrange(keys.log, count=1)
+        last: Any = await a.redis.xrevrange(keys.log, count=1)
         if last and last[0][1][b"t"] == b"run.failed":
             break
         assert asyncio.get_running_loop().time() < deadline, "the sweeper did not end the run"

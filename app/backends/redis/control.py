@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from redis.asyncio import Redis
@@ -205,3 +205,20 @@ class OwnerInbox:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll)
             self._wake.clear()
+
+
+#: A second command for a target already in flight (on any instance) is refused like this.
+IN_FLIGHT_REFUSALS: dict[str, tuple[str, str]] = {
+    "approval.resolve": ("approval_already_resolved", "Approval {} is resolved."),
+    "tool.submit_result": ("tool_not_awaiting_result", "Tool call {} awaits no result."),
+    "tool.retry": ("tool_not_retryable", "Tool call {} cannot be retried."),
+}
+
+
+def command_target(payload: Mapping[str, Any]) -> str:
+    """The approval or tool call a command is about ('' when none)."""
+    for name in ("approvalId", "toolCallId"):
+        value = payload.get(name)
+        if isinstance(value, str):
+            return value
+    return ""

@@ -1,0 +1,103 @@
+"""Ending runs whose owner was lost: take over under a new fencing token, close, release.
+
+Whoever notices first does it: a log reader's tick, any read/claim/abort of the conversation,
+or the periodic sweep of the ``P:runs`` index (which also finds runs nobody looks at). The
+takeover script lets exactly one instance win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from redis.exceptions import RedisError
+
+from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, Pending
+from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.lost_owner import lost_run_events
+from app.backends.redis.ownership import Ownership, Token
+from app.backends.redis.state import StateCache
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger("app.backends.redis")
+
+
+class Reaper:
+    def __init__(
+        self,
+        ownership: Ownership,
+        log_: EventLog,
+        cache: StateCache,
+        prefix: str,
+        owns: Callable[[str], bool],
+    ) -> None:
+        self.ownership = ownership
+        self.log = log_
+        self.cache = cache
+        self.prefix = prefix
+        self._owns = owns
+
+    async def reap(self, keys: ConversationKeys, holder: Token) -> bool:
+        """End ``holder``'s run if its lease expired; True when this instance did it."""
+        if holder.instance == self.ownership.instance_id and self._owns(keys.tag):
+            return False  # ours and alive: the lease keeper renews it
+        token = await self.ownership.takeover(keys, holder)
+        if token is None:
+            return False  # its owner is alive after all, or another instance got there first
+        started = time.monotonic()
+        async with self.cache.lock(keys.tag):
+            inc = await self.ownership.redis.hget(keys.meta, "inc")
+            events = []
+            snapshot = None
+            state = None
+            if inc is not None:
+                text = inc.decode() if isinstance(inc, bytes) else str(inc)
+                state = await self.cache.load_private(keys, text)
+                events = lost_run_events(state.store.get_snapshot(), holder.run_id)
+                for event in events:
+                    state.store.dispatch(event)
+            items = [Pending(KIND_EVENT, orjson.dumps(e), e["type"], e["runId"]) for e in events]
+            if state is not None:
+                snapshot = state.snapshot_write()
+            try:
+                ids = await self.log.append(keys, token.raw, items, release=True, snapshot=snapshot)
+            except Fenced:
+                return False
+            if state is not None:
+                if ids:
+                    state.stream_id = ids[-1]
+                self.cache.remember(keys.tag, state)
+            await self.ownership.unmark(keys)
+        log.warning(
+            "run %s lost its owner %s; ended by %s (%d events, %.0f ms)",
+            holder.run_id,
+            holder.instance,
+            self.ownership.instance_id,
+            len(events),
+            (time.monotonic() - started) * 1000,
+        )
+        return True
+
+    async def sweep(self) -> None:
+        """Check every run whose recorded lease deadline passed."""
+        for tag in await self.ownership.lapsed(self.prefix):
+            keys = ConversationKeys(self.prefix, tag)
+            token, alive = await self.ownership.holder(keys)
+            if token is None:
+                await self.ownership.unmark(keys)
+            elif not alive and not self._owns(tag):
+                await self.reap(keys, token)
+
+    async def sweep_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except (RedisError, OSError) as exc:
+                log.debug("lost-owner sweep skipped: %s", exc)
+            except Exception:
+                log.exception("lost-owner sweep failed")

@@ -1,0 +1,144 @@
+"""Conversation state outside the owner: snapshot + stream tail, cached and advanced.
+
+An instance that never saw a conversation rebuilds it from the stored snapshot and the log
+entries after the snapshot's cursor. Rebuilt states are cached (bounded, LRU) and advanced by
+the tail on the next read, so a repeated ``GET …/state`` costs one ranged read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from app.backends.redis.eventlog import (
+    KIND_EVENT,
+    KIND_EXTENSION,
+    ZERO_ID,
+    Entry,
+    EventLog,
+    SnapshotWrite,
+)
+from app.backends.redis.keys import ConversationKeys
+from core import AgentStore
+
+__all__ = ["ConversationState", "StateCache"]
+
+log = logging.getLogger("app.backends.redis")
+TAIL_PAGE = 1000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class ConversationState:
+    """A conversation's reduced state at ``stream_id``, with its extensions."""
+
+    inc: str
+    store: AgentStore
+    extensions: dict[str, Any]
+    stream_id: str = ZERO_ID
+
+    def fold(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            if entry.kind == KIND_EVENT:
+                self.store.dispatch(orjson.loads(entry.data))
+            elif entry.kind == KIND_EXTENSION:
+                item = orjson.loads(entry.data)
+                self.extensions[item["key"]] = item["value"]
+            self.stream_id = entry.id
+
+    def snapshot_write(self) -> SnapshotWrite:
+        return SnapshotWrite(
+            orjson.dumps(self.store.get_snapshot()),
+            orjson.dumps(self.extensions),
+            self.stream_id,
+        )
+
+
+class StateCache:
+    def __init__(self, redis: Redis, log_: EventLog, capacity: int = 1024) -> None:
+        self.redis = redis
+        self.log = log_
+        self.capacity = capacity
+        self._states: OrderedDict[str, ConversationState] = OrderedDict()
+        self._locks: dict[str, list[Any]] = {}
+
+    @contextlib.asynccontextmanager
+    async def lock(self, tag: str) -> AsyncIterator[None]:
+        """One state loader/writer per conversation in this process; dropped when unused."""
+        entry = self._locks.get(tag)
+        if entry is None:
+            entry = self._locks[tag] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._locks.get(tag) is entry:
+                del self._locks[tag]
+
+    def remember(self, tag: str, state: ConversationState) -> None:
+        self._states[tag] = state
+        self._states.move_to_end(tag)
+        while len(self._states) > self.capacity:
+            self._states.popitem(last=False)
+
+    def forget(self, tag: str) -> None:
+        self._states.pop(tag, None)
+
+    async def read_tail(self, keys: ConversationKeys, state: ConversationState) -> bool:
+        """Fold every entry after ``state.stream_id``; False when the tail was trimmed."""
+        while True:
+            entries = await self.log.read_after(keys, state.stream_id, count=TAIL_PAGE)
+            if entries is None:
+                return False
+            state.fold(entries)
+            if len(entries) < TAIL_PAGE:
+                return True
+
+    async def load(self, keys: ConversationKeys, inc: str) -> ConversationState:
+        """The cached state advanced by the tail, or the stored snapshot plus the tail.
+
+        Call under :meth:`lock`. The result stays cached (and is advanced in place later).
+        """
+        cached = self._states.get(keys.tag)
+        if cached is not None and cached.inc == inc and await self.read_tail(keys, cached):
+            self._states.move_to_end(keys.tag)
+            return cached
+        snap = await self.redis.hgetall(keys.snap)
+        if snap:
+            state = ConversationState(
+                inc,
+                AgentStore(orjson.loads(snap[b"state"]), mode="record"),
+                orjson.loads(snap.get(b"ext") or b"{}"),
+                _text(snap[b"cursor"]),
+            )
+        else:
+            state = ConversationState(inc, AgentStore(mode="record"), {})
+        if not await self.read_tail(keys, state):
+            log.warning(
+                "conversation %s: snapshot older than the retained log; snapshot_every should "
+                "be below event_log_max_len",
+                keys.tag,
+            )
+            state.fold(await self.log.read_after(keys, ZERO_ID, count=10**9) or [])
+        self.remember(keys.tag, state)
+        return state
+
+    async def load_private(self, keys: ConversationKeys, inc: str) -> ConversationState:
+        """A fresh state that is not cached (for an owner, which advances it itself)."""
+        self.forget(keys.tag)
+        state = await self.load(keys, inc)
+        self.forget(keys.tag)
+        return state
