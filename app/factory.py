@@ -35,7 +35,7 @@ class GatewayApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         transport = getattr(getattr(send, "__self__", None), "transport", None)
-        if transport is not None and scope["type"] == "http":
+        if transport is not None and scope["type"] in ("http", "websocket"):
             scope.setdefault("extensions", {})[TRANSPORT_EXTENSION] = transport
         await super().__call__(scope, receive, send)
 

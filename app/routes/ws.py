@@ -24,11 +24,13 @@ from app.gateway import Gateway
 from app.http import get_gateway, principal_of
 from app.schemas import KEY_PATTERN, AbortBody, ApprovalBody, ReloadBody, RunBody, ToolResultBody
 from app.snapshot import snapshot_ws
+from app.sse import TRANSPORT_EXTENSION
 from app.streams import Follow, follow
 
 __all__ = ["router"]
 
 logger = logging.getLogger("app.ws")
+CLOSE_SECONDS = 2.0
 router = APIRouter()
 _KEY = re.compile(KEY_PATTERN)
 
@@ -53,6 +55,7 @@ class _Session:
         self.send_lock = asyncio.Lock()
         self.follower: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
+        self.stalled = False
 
     async def send(self, text: str) -> None:
         timeout = self.gateway.settings.gateway.send_timeout_seconds
@@ -63,6 +66,7 @@ class _Session:
             except TimeoutError:
                 self.gateway.metrics.subscriber_dropped("ws")
                 logger.info("dropped a WebSocket subscriber whose send blocked too long")
+                self.stalled = True
                 self.closed.set()
                 raise
 
@@ -230,6 +234,10 @@ async def _serve(session: _Session, since: str | None) -> None:
             if task is not None:
                 with contextlib.suppress(BaseException):
                     await task
-        if session.closed.is_set():
+        transport = websocket.scope.get("extensions", {}).get(TRANSPORT_EXTENSION)
+        if session.stalled and transport is not None:
+            transport.abort()  # a close frame would wait behind the unread buffer forever
+        elif session.closed.is_set():
             with contextlib.suppress(Exception):
-                await websocket.close(code=1001 if gateway.closing.is_set() else 1013)
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await websocket.close(code=1001 if gateway.closing.is_set() else 1013)

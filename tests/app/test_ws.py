@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import orjson
@@ -11,8 +12,9 @@ import websockets
 
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
-from tests.app.helpers import collect_sse, events_of
+from tests.app.helpers import collect_sse, events_of, start_run, terminal
 from tests.app.scripted_provider import ScriptedProvider
+from tests.app.test_sse import _drained_to_eof
 
 KEY = "w1"
 
@@ -165,3 +167,35 @@ async def test_shutdown_delivers_run_cancelled_then_closes_1001(
             await asyncio.wait_for(ws.recv(), 10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
         await asyncio.wait_for(stopping, 15)
+
+
+async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None:
+    settings = make_settings(gateway={"send_timeout_seconds": 0.5})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", gw.port))
+    await loop.sock_sendall(
+        sock,
+        (
+            f"GET /v1/conversations/{KEY}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode(),
+    )
+    try:
+        async with gw.client() as client:
+            await asyncio.sleep(0.2)
+            healthy = asyncio.create_task(
+                collect_sse(client, f"/v1/conversations/{KEY}/events", stop=terminal)
+            )
+            await asyncio.sleep(0.1)
+            await start_run(client, KEY, "text:200:2000")
+            frames = await asyncio.wait_for(healthy, 20)
+            assert events_of(frames)[-1]["type"] == "run.completed"
+            await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
+            assert await _drained_to_eof(sock, 5.0), "stalled WebSocket was not dropped"
+    finally:
+        sock.close()
