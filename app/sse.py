@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 from app.backends import ConversationRef
 from app.gateway import Gateway
 from app.snapshot import snapshot_sse
-from app.streams import Follow, follow
+from app.streams import Follow, follow_batches
 
 __all__ = ["RETRY_MS", "sse_response"]
 
@@ -52,11 +52,15 @@ def _ping() -> ServerSentEvent:
 
 async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> AsyncIterator[bytes]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
-    async for item in follow(gateway, ref, spec):
+    async for item in follow_batches(gateway, ref, spec):
         if isinstance(item, dict):
             frame = snapshot_sse(item, RETRY_MS if retry else None)
         else:
-            frame = item.sse if retry is None else retry + item.sse
+            # A subscriber that is behind gets every frame logged since its last read in one
+            # send (each frame serialized once, when logged; here only joined).
+            frame = item[0].sse if len(item) == 1 else b"".join([e.sse for e in item])
+            if retry is not None:
+                frame = retry + frame
         retry = None
         yield frame
 

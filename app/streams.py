@@ -16,7 +16,7 @@ from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 if TYPE_CHECKING:
     from app.gateway import Gateway
 
-__all__ = ["Follow", "follow"]
+__all__ = ["Follow", "follow", "follow_batches"]
 
 BATCH = 256
 
@@ -39,6 +39,22 @@ async def follow(
     gateway: Gateway, ref: ConversationRef, spec: Follow
 ) -> AsyncIterator[LogEntry | dict[str, Any]]:
     """Yield snapshot objects (dicts) and log entries, in cursor order."""
+    async for item in follow_batches(gateway, ref, spec):
+        if isinstance(item, dict):
+            yield item
+        else:
+            for entry in item:
+                yield entry
+
+
+async def follow_batches(
+    gateway: Gateway, ref: ConversationRef, spec: Follow
+) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
+    """Like :func:`follow`, with the log entries of one read as one non-empty list.
+
+    A subscriber that is behind gets everything logged since its last read at once, so a
+    transport can write it in one send (frames coalesced, never re-serialized).
+    """
     backend, runs = gateway.backend, gateway.runs
     wait = gateway.settings.gateway.heartbeat_seconds
     pending: list[LogEntry] = []
@@ -80,12 +96,14 @@ async def follow(
                 if stop_at_head or gateway.closing.is_set():
                     return
                 continue
+        batch: list[LogEntry] = []
         for entry in entries:
-            yield entry
+            batch.append(entry)
             pos = entry.cursor
             followed = True
             if entry.is_run_terminal:
                 if spec.until_run is not None and entry.run_id == spec.until_run:
+                    yield batch
                     return
                 if (
                     spec.until_idle
@@ -93,3 +111,4 @@ async def follow(
                     and await backend.active_run(ref) in (None, entry.run_id)
                 ):
                     stop_at_head = True  # deliver what is already logged, then close
+        yield batch

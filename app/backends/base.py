@@ -102,6 +102,16 @@ class ConversationMeta:
         )
 
 
+def _right_sized(data: bytes) -> bytes:
+    """A copy of ``data`` on an allocation of its own size.
+
+    ``orjson.dumps`` returns its bytes on the (4 KiB+) buffer it wrote into; a log entry keeps
+    its data for the whole retention window, so it keeps a right-sized copy (measured by
+    ``bench/memory_bench.py``: ~4 KiB less per retained entry).
+    """
+    return bytes(memoryview(data))
+
+
 class LogEntry:
     """One log entry: an AgentEvent or an extension value, serialized once.
 
@@ -129,11 +139,12 @@ class LogEntry:
 
     @classmethod
     def for_event(cls, cursor: str, event: dict[str, Any]) -> LogEntry:
-        return cls(cursor, "event", orjson.dumps(event), event.get("type"), event.get("runId"))
+        data = _right_sized(orjson.dumps(event))
+        return cls(cursor, "event", data, event.get("type"), event.get("runId"))
 
     @classmethod
     def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
-        return cls(cursor, "extension", orjson.dumps({"key": key, "value": value}))
+        return cls(cursor, "extension", _right_sized(orjson.dumps({"key": key, "value": value})))
 
     @property
     def is_run_terminal(self) -> bool:

@@ -1,0 +1,73 @@
+"""Hot-path properties measured by the benches: coalesced SSE writes, right-sized log entries."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
+from app.gateway import Gateway
+from app.sse import _frames
+from app.streams import Follow, follow, follow_batches
+from tests.app.backend_contract import event, meta, run_events
+from tests.app.gateway_server import make_settings
+
+REF = ConversationRef("alice", "c1")
+
+
+@pytest.fixture
+async def gateway() -> Gateway:
+    gateway = Gateway(make_settings())
+    await gateway.start()
+    await gateway.backend.create_conversation(REF, meta())
+    return gateway
+
+
+async def _log(gateway: Gateway, events: list[dict[str, object]]) -> list[LogEntry]:
+    return [await gateway.backend.append_event(REF, e) for e in events]
+
+
+async def test_a_subscriber_behind_gets_everything_logged_since_its_read_as_one_batch(
+    gateway: Gateway,
+) -> None:
+    entries = await _log(gateway, run_events("run_a", 5))
+    spec = Follow(start=EMPTY_CURSOR, until_idle=True)
+    batches = [b async for b in follow_batches(gateway, REF, spec)]
+    assert len(batches) == 1
+    assert [e.cursor for e in batches[0]] == [e.cursor for e in entries]  # type: ignore[union-attr]
+    flat = [e async for e in follow(gateway, REF, spec)]
+    assert [e.cursor for e in flat] == [e.cursor for e in entries]  # type: ignore[union-attr]
+    await gateway.close()
+
+
+async def test_until_run_stops_inside_a_batch_after_that_runs_terminal(gateway: Gateway) -> None:
+    first = await _log(gateway, [*run_events("run_a", 2), event("run_a", 4, "run.completed")])
+    await _log(gateway, [event("run_b", 0, "run.started")])
+    spec = Follow(start=EMPTY_CURSOR, until_run="run_a")
+    batches = [b async for b in follow_batches(gateway, REF, spec)]
+    assert [[e.cursor for e in b] for b in batches] == [[e.cursor for e in first]]  # type: ignore[union-attr]
+    await gateway.close()
+
+
+async def test_sse_frames_of_a_batch_are_one_write_with_every_frame_once(
+    gateway: Gateway,
+) -> None:
+    entries = await _log(gateway, run_events("run_a", 4))
+    writes = [w async for w in _frames(gateway, REF, Follow(start=EMPTY_CURSOR, until_idle=True))]
+    assert writes == [b"retry: 2000\n" + b"".join(e.sse for e in entries)]
+    await gateway.close()
+
+
+def test_log_entries_keep_right_sized_data() -> None:
+    """orjson.dumps answers on a 4 KiB buffer; 1,000 retained entries must not cost 4 MB."""
+    sample = event("run_a", 7, "message.delta", {"messageId": "m1", "delta": "hello"})
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [LogEntry.for_event(f"x-{i}", sample) for i in range(1000)]
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(kept[0].data) < 400
+    assert grown < 1000 * 1024, f"{grown / 1000:.0f} bytes per entry"
