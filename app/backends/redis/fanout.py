@@ -75,11 +75,18 @@ class LogReader:
         self.inc_known = False
         self._stopping = False
 
-    async def start(self) -> None:
+    def launch(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"log-reader-{self.keys.tag}")
         if self._on_tick is not None:
             self._tick_task = asyncio.create_task(self._ticks(), name=f"tick-{self.keys.tag}")
+
+    async def ready(self) -> None:
+        """Wait until the reader knows its starting position (or Redis failed to tell it)."""
         await self._ready.wait()
+
+    async def start(self) -> None:
+        self.launch()
+        await self.ready()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -241,10 +248,15 @@ class ReaderHub:
                     on_tick=(lambda: tick(keys)) if tick is not None else None,
                     tick_seconds=self._tick_seconds,
                 )
-                await reader.start()
+                reader.launch()
                 self._readers[keys.tag] = reader
             reader.refs += 1
-            return reader
+        try:  # outside the hub's lock: a slow Redis delays this conversation only
+            await reader.ready()
+        except BaseException:
+            self.release(reader)
+            raise
+        return reader
 
     def release(self, reader: LogReader) -> None:
         reader.refs -= 1
