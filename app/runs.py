@@ -100,6 +100,26 @@ class RunManager:
             raise ApiError(503, "shutting_down", "The gateway is shutting down.")
         policy = multitask or self.settings.gateway.multitask
         slot = self._slots.setdefault(ref, _Slot())
+        try:
+            return await self._submit(ref, slot, input, provider, policy)
+        except ApiError:
+            self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
+            raise
+
+    def _forget_if_idle(self, ref: ConversationRef, slot: _Slot) -> None:
+        idle = slot.worker is None and not slot.queue and slot.current is None
+        if idle and slot.claimed is None and not slot.lock.locked():
+            if self._slots.get(ref) is slot:
+                del self._slots[ref]
+
+    async def _submit(
+        self,
+        ref: ConversationRef,
+        slot: _Slot,
+        input: dict[str, Any] | None,
+        provider: str | None,
+        policy: Multitask,
+    ) -> Submission:
         async with slot.lock:
             meta = await self.backend.get_meta(ref)
             emit_user_message = True

@@ -81,3 +81,16 @@ async def test_abort_of_a_queued_run_drops_it(gw: RunningGateway) -> None:
             client, KEY, lambda s: not s["isRequesting"] and len(s["agentState"]["runs"]) == 1
         )
         assert queued["runId"] not in state["agentState"]["runs"]
+
+
+async def test_refused_requests_leave_no_bookkeeping(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        for key in ("r1", "r2", "r3"):
+            response = await client.post(
+                f"/v1/conversations/{key}/runs", json={"input": {"prompt": "x"}, "provider": "no"}
+            )
+            assert response.status_code == 404
+            reload = await client.post(f"/v1/conversations/{key}/reload")
+            assert reload.status_code == 404
+    assert gw.gateway.runs.active_count() == 0
+    assert gw.gateway.runs._slots == {}
