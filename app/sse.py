@@ -9,13 +9,13 @@ extensions ``event: extension``. The first frame also carries ``retry:``. Heartb
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
-from app.backends import ConversationRef
+from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.snapshot import snapshot_sse
 from app.streams import Follow, follow_batches
@@ -25,6 +25,8 @@ __all__ = ["RETRY_MS", "sse_response"]
 logger = logging.getLogger("app.sse")
 #: The reconnection delay suggested to EventSource clients.
 RETRY_MS = 2000
+#: Upper bound of one coalesced send (a single larger frame is sent alone).
+COALESCE_BYTES = 16 * 1024
 #: Set by ``app.factory.GatewayApp``: the connection's transport.
 TRANSPORT_EXTENSION = "gateway.transport"
 
@@ -50,19 +52,37 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep="\n")
 
 
+def _coalesced(entries: list[LogEntry]) -> Iterator[bytes]:
+    """The frames of ``entries`` joined into sends of at most ~``COALESCE_BYTES`` each.
+
+    A subscriber that is behind gets what was logged since its last read in few sends (each
+    frame serialized once, when logged; here only joined). The byte cap keeps what one send
+    can pin in a stalled subscriber's transport buffer small, whatever the frame sizes.
+    """
+    group: list[bytes] = []
+    size = 0
+    for entry in entries:
+        frame = entry.sse
+        if group and size + len(frame) > COALESCE_BYTES:
+            yield group[0] if len(group) == 1 else b"".join(group)
+            group, size = [], 0
+        group.append(frame)
+        size += len(frame)
+    if group:
+        yield group[0] if len(group) == 1 else b"".join(group)
+
+
 async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> AsyncIterator[bytes]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
     async for item in follow_batches(gateway, ref, spec):
         if isinstance(item, dict):
-            frame = snapshot_sse(item, RETRY_MS if retry else None)
-        else:
-            # A subscriber that is behind gets every frame logged since its last read in one
-            # send (each frame serialized once, when logged; here only joined).
-            frame = item[0].sse if len(item) == 1 else b"".join([e.sse for e in item])
+            yield snapshot_sse(item, RETRY_MS if retry else None)
+            retry = None
+            continue
+        for frame in _coalesced(item):
             if retry is not None:
-                frame = retry + frame
-        retry = None
-        yield frame
+                frame, retry = retry + frame, None
+            yield frame
 
 
 def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:

@@ -18,30 +18,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import socket
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.app.gateway_server import RunningGateway, launch, make_settings
-from tests.app.helpers import collect_sse, start_run, terminal
+from tests.app.helpers import collect_sse, stalled_client, start_run, terminal
 from tests.app.scripted_provider import ScriptedProvider
 
 KEY = "bench"
 EVENTS = f"/v1/conversations/{KEY}/events"
 SEND_TIMEOUT = 10.0
-
-
-async def stalled_subscriber(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    request = f"GET {EVENTS} HTTP/1.1\r\nHost: bench\r\n\r\n"
-    await loop.sock_sendall(sock, request.encode())
-    return sock
 
 
 def rss() -> int:
@@ -70,7 +58,8 @@ async def scenario(stalled: int, events: int, size: int) -> tuple[int, int, int,
         },
     )
     gw = await launch(settings, providers={"demo": ScriptedProvider()}, sndbuf=8192)
-    sockets = [await stalled_subscriber(gw.port) for _ in range(stalled)]
+    request = f"GET {EVENTS} HTTP/1.1\r\nHost: bench\r\n\r\n"
+    sockets = [await stalled_client(gw.port, request) for _ in range(stalled)]
     try:
         async with gw.client() as client:
             await asyncio.sleep(0.3)

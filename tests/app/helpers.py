@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,15 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-__all__ = ["collect_sse", "events_of", "start_run", "terminal", "wait_state"]
+__all__ = [
+    "collect_sse",
+    "drained_to_eof",
+    "events_of",
+    "stalled_client",
+    "start_run",
+    "terminal",
+    "wait_state",
+]
 
 
 async def start_run(
@@ -73,3 +82,28 @@ def terminal(frames: list[ServerSentEvent]) -> bool:
     last = frames[-1]
     ends = ("run.completed", "run.failed", "run.cancelled")
     return last.event == "message" and orjson.loads(last.data)["type"] in ends
+
+
+async def stalled_client(port: int, request: str) -> socket.socket:
+    """A raw client that sends ``request`` and never reads (tiny receive buffer)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request.encode())
+    return sock
+
+
+async def drained_to_eof(sock: socket.socket, within: float) -> bool:
+    """Read ``sock`` until the server closed it (True) or ``within`` seconds passed (False)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(within):
+            while await loop.sock_recv(sock, 65536):
+                pass
+            return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import httpx
@@ -12,7 +11,15 @@ import pytest
 
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, terminal, wait_state
+from tests.app.helpers import (
+    collect_sse,
+    drained_to_eof,
+    events_of,
+    stalled_client,
+    start_run,
+    terminal,
+    wait_state,
+)
 from tests.app.scripted_provider import ScriptedProvider
 
 KEY = "c1"
@@ -214,37 +221,12 @@ async def test_detach_is_not_abort(gw: RunningGateway) -> None:
     assert snapshot["messages"][-1]["message"]["content"] == "w0 w1 w2 " * 2
 
 
-async def _raw_stalled_subscriber(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    request = f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
-    await loop.sock_sendall(sock, request.encode())
-    return sock
-
-
-async def _drained_to_eof(sock: socket.socket, within: float) -> bool:
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                data = await loop.sock_recv(sock, 65536)
-                if not data:
-                    return True
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
-
-
 async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
     start_gateway: StartGateway,
 ) -> None:
     settings = make_settings(gateway={"send_timeout_seconds": 0.5, "heartbeat_seconds": 30})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
-    stalled = await _raw_stalled_subscriber(gw.port)
+    stalled = await stalled_client(gw.port, f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\n\r\n")
     try:
         async with gw.client() as client:
             await asyncio.sleep(0.2)
@@ -259,7 +241,7 @@ async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
             assert len(events_of(frames)) == 207  # 200 deltas + 7 framing events
             assert elapsed < 10
             await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
-            assert await _drained_to_eof(stalled, 5.0), "stalled subscriber was not dropped"
+            assert await drained_to_eof(stalled, 5.0), "stalled subscriber was not dropped"
     finally:
         stalled.close()
 
@@ -285,3 +267,18 @@ async def test_shutdown_delivers_run_cancelled_before_closing(
     last = events_of(frames)[-1]
     assert last["type"] == "run.cancelled" and last["payload"]["reason"] == "shutdown"
     assert last["runId"] == run["runId"]
+
+
+def test_coalesced_sends_are_capped_in_bytes() -> None:
+    from app.backends import LogEntry
+    from app.sse import COALESCE_BYTES, _coalesced
+
+    def entry(i: int, size: int) -> LogEntry:
+        return LogEntry.for_event(f"x-{i}", {"type": "message.delta", "pad": "p" * size})
+
+    entries = [entry(i, 5000) for i in range(10)] + [entry(10, 3 * COALESCE_BYTES)]
+    sends = list(_coalesced(entries))
+    assert b"".join(sends) == b"".join(e.sse for e in entries)
+    assert all(len(s) <= COALESCE_BYTES for s in sends[:-1])
+    assert sends[-1] == entries[-1].sse  # a frame larger than the cap goes alone
+    assert len(sends) < len(entries)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import orjson
@@ -12,9 +11,15 @@ import websockets
 
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, terminal
+from tests.app.helpers import (
+    collect_sse,
+    drained_to_eof,
+    events_of,
+    stalled_client,
+    start_run,
+    terminal,
+)
 from tests.app.scripted_provider import ScriptedProvider
-from tests.app.test_sse import _drained_to_eof
 
 KEY = "w1"
 
@@ -172,18 +177,11 @@ async def test_shutdown_delivers_run_cancelled_then_closes_1001(
 async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None:
     settings = make_settings(gateway={"send_timeout_seconds": 0.5})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
-    loop = asyncio.get_running_loop()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await loop.sock_connect(sock, ("127.0.0.1", gw.port))
-    await loop.sock_sendall(
-        sock,
-        (
-            f"GET /v1/conversations/{KEY}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n"
-        ).encode(),
+    sock = await stalled_client(
+        gw.port,
+        f"GET /v1/conversations/{KEY}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n",
     )
     try:
         async with gw.client() as client:
@@ -196,6 +194,6 @@ async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None
             frames = await asyncio.wait_for(healthy, 20)
             assert events_of(frames)[-1]["type"] == "run.completed"
             await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
-            assert await _drained_to_eof(sock, 5.0), "stalled WebSocket was not dropped"
+            assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not dropped"
     finally:
         sock.close()
