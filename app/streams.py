@@ -7,6 +7,9 @@ yields a fresh snapshot, never a gap; a deleted conversation ends the stream.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,9 +19,18 @@ from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 if TYPE_CHECKING:
     from app.gateway import Gateway
 
-__all__ = ["Follow", "follow", "follow_batches"]
+__all__ = ["Follow", "follow", "follow_batches", "linger_seconds"]
 
 BATCH = 256
+#: Fan-out pacing (see :func:`linger_seconds`), in seconds.
+LINGER_PER_FOLLOWER = 60e-6
+LINGER_MIN = 0.001
+LINGER_MAX = 0.03
+
+#: Followers per conversation, per gateway (drives the pacing).
+_followers: weakref.WeakKeyDictionary[Gateway, Counter[ConversationRef]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +59,19 @@ async def follow(
                 yield entry
 
 
+def linger_seconds(followers: int) -> float:
+    """How long a follower waits after a delivery before it reads again.
+
+    Each read that finds new entries costs every follower one send (a syscall). With many
+    followers of one conversation, reading at every append would spend the CPU on sends and
+    let latency grow without bound; waiting ``followers × LINGER_PER_FOLLOWER`` (at most
+    ``LINGER_MAX``) bounds the send rate while each delivery still carries everything logged
+    since. Below ``LINGER_MIN`` (fewer than ~34 followers) there is no wait at all.
+    """
+    delay = followers * LINGER_PER_FOLLOWER
+    return 0.0 if delay < LINGER_MIN else min(delay, LINGER_MAX)
+
+
 async def follow_batches(
     gateway: Gateway, ref: ConversationRef, spec: Follow
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
@@ -55,6 +80,20 @@ async def follow_batches(
     A subscriber that is behind gets everything logged since its last read at once, so a
     transport can write it in one send (frames coalesced, never re-serialized).
     """
+    counts = _followers.setdefault(gateway, Counter())
+    counts[ref] += 1
+    try:
+        async for item in _batches(gateway, ref, spec, counts):
+            yield item
+    finally:
+        counts[ref] -= 1
+        if counts[ref] <= 0:
+            del counts[ref]
+
+
+async def _batches(
+    gateway: Gateway, ref: ConversationRef, spec: Follow, counts: Counter[ConversationRef]
+) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
     backend, runs = gateway.backend, gateway.runs
     wait = gateway.settings.gateway.heartbeat_seconds
     pending: list[LogEntry] = []
@@ -112,3 +151,6 @@ async def follow_batches(
                 ):
                     stop_at_head = True  # deliver what is already logged, then close
         yield batch
+        delay = linger_seconds(counts[ref])
+        if delay:
+            await asyncio.sleep(delay)

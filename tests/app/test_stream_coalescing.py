@@ -9,7 +9,15 @@ import pytest
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.sse import _frames
-from app.streams import Follow, follow, follow_batches
+from app.streams import (
+    LINGER_MAX,
+    LINGER_PER_FOLLOWER,
+    Follow,
+    _followers,
+    follow,
+    follow_batches,
+    linger_seconds,
+)
 from tests.app.backend_contract import event, meta, run_events
 from tests.app.gateway_server import make_settings
 
@@ -71,3 +79,26 @@ def test_log_entries_keep_right_sized_data() -> None:
         tracemalloc.stop()
     assert len(kept[0].data) < 400
     assert grown < 1000 * 1024, f"{grown / 1000:.0f} bytes per entry"
+
+
+def test_followers_of_a_busy_conversation_pace_their_reads() -> None:
+    assert linger_seconds(1) == 0.0
+    assert linger_seconds(10) == 0.0
+    assert linger_seconds(50) == pytest.approx(50 * LINGER_PER_FOLLOWER)
+    assert linger_seconds(100_000) == LINGER_MAX
+
+
+async def test_followers_are_counted_while_they_follow_and_released_after(
+    gateway: Gateway,
+) -> None:
+    await _log(gateway, run_events("run_a", 3))
+    spec = Follow(start=EMPTY_CURSOR, until_idle=True)
+    first = follow_batches(gateway, REF, spec)
+    second = follow_batches(gateway, REF, spec)
+    assert isinstance(await anext(first), list)
+    assert isinstance(await anext(second), list)
+    assert _followers[gateway][REF] == 2
+    assert [b async for b in first] == []
+    await second.aclose()
+    assert REF not in _followers[gateway]
+    await gateway.close()
