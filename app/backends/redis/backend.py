@@ -415,21 +415,18 @@ class RedisBackend(Backend):
         wait: float,
     ) -> ReadResult:
         keys = self.keys(ref)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, wait)
         with unavailable():
             reader = await self.hub.acquire(keys)
             try:
-                while True:
-                    signal = reader.signal
-                    result = await self._read_once(reader, keys, after, limit)
-                    remaining = deadline - loop.time()
-                    if result.entries or result.status != "ok" or remaining <= 0:
-                        return result
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(signal.wait(), remaining)
-                    if loop.time() >= deadline:
-                        return await self._read_once(reader, keys, after, limit)
+                signal = reader.signal
+                result = await self._read_once(reader, keys, after, limit)
+                if result.entries or result.status != "ok" or wait <= 0:
+                    return result
+                # One wait, like the memory backend: new entries, a reset (delete) or
+                # wake_readers() (shutdown) end it; the caller loops.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), wait)
+                return await self._read_once(reader, keys, after, limit)
             finally:
                 self.hub.release(reader)
 
