@@ -281,3 +281,18 @@ def test_public_surface() -> None:
     )
     for name in package.__all__:
         assert hasattr(package, name)
+
+
+async def test_wake_readers_ends_a_waiting_read_at_once(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, _ = pair
+    ref = ConversationRef("alice", "wake")
+    await a.create_conversation(ref, meta())
+    head = (await a.append_event(ref, event("r1", 0, "run.started"))).cursor
+    reader = asyncio.create_task(a.read(ref, head, limit=10, wait=30))
+    await asyncio.sleep(0.2)
+    assert not reader.done()
+    a.wake_readers()  # shutdown: streams must not wait out their heartbeat
+    result = await asyncio.wait_for(reader, 1)
+    assert (result.status, result.entries) == ("ok", [])
