@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.backends import ConversationRef
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import start_run, wait_state
@@ -149,13 +150,7 @@ async def test_delete_aborts_the_active_run(gw: RunningGateway) -> None:
         response = await client.delete(f"/v1/conversations/{KEY}")
         assert response.status_code == 204
         assert (await client.get(f"/v1/conversations/{KEY}/state")).status_code == 404
-        assert not gw.gateway.runs.is_busy(_ref())
-
-
-def _ref() -> Any:
-    from app.backends import ConversationRef
-
-    return ConversationRef("anonymous", KEY)
+        assert not gw.gateway.runs.is_busy(ConversationRef("anonymous", KEY))
 
 
 async def test_abort_is_idempotent(gw: RunningGateway) -> None:
