@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from app.backends import ConversationRef
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
-from tests.app.helpers import start_run, wait_state
+from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 
 KEY = "conv-1"
@@ -279,3 +280,39 @@ async def test_run_record_wait_and_title(gw: RunningGateway) -> None:
         assert (await client.patch(base, json={"title": ""})).status_code == 422
         other = await client.patch("/v1/conversations/none", json={"title": "x"})
         assert error_of(other)["code"] == "conversation_not_found"
+
+
+async def test_bearer_auth_and_principal_isolation(start_gateway: StartGateway) -> None:
+    settings = make_settings(auth={"mode": "bearer", "tokens": {"ta": "alice", "tb": "bob"}})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    alice = {"Authorization": "Bearer ta"}
+    bob = {"Authorization": "Bearer tb"}
+    async with gw.client() as client:
+        assert (await client.get("/healthz")).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer nope"}):
+            denied = await client.get(f"/v1/conversations/{KEY}/state", headers=headers)
+            assert (denied.status_code, error_of(denied)["code"]) == (401, "unauthorized")
+        run = await client.post(
+            f"/v1/conversations/{KEY}/runs", json={"input": {"prompt": "sleep:30"}}, headers=alice
+        )
+        assert run.status_code == 202
+        state = await client.get(f"/v1/conversations/{KEY}/state", params={"access_token": "ta"})
+        assert state.status_code == 200
+        hidden = await client.get(f"/v1/conversations/{KEY}/state", headers=bob)
+        assert error_of(hidden)["code"] == "conversation_not_found"
+        abort = await client.post(f"/v1/conversations/{KEY}/abort", headers=bob)
+        assert abort.json() == {"aborted": False}
+        assert (await client.get("/v1/conversations", headers=bob)).json() == {"conversations": []}
+        mine = await client.post(f"/v1/conversations/{KEY}/abort", headers=alice)
+        assert mine.status_code == 202
+
+
+async def test_delete_ends_open_streams(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "text:1")
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        reader = asyncio.create_task(collect_sse(client, f"/v1/conversations/{KEY}/events"))
+        await asyncio.sleep(0.2)
+        assert (await client.delete(f"/v1/conversations/{KEY}")).status_code == 204
+        frames = await asyncio.wait_for(reader, 5)
+    assert [f.event for f in frames] == ["snapshot"]
