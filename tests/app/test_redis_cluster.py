@@ -315,3 +315,24 @@ async def test_until_idle_on_b_waits_for_the_run_on_a() -> None:
         async with httpx.AsyncClient(base_url=b.url, timeout=15.0) as client:
             idle = await client.get("/v1/conversations/c1/events", params={"untilIdle": "true"})
         assert idle.status_code == 200 and "event: snapshot" in idle.text  # closes at once
+
+
+async def test_many_conversations_at_once_over_two_instances() -> None:
+    async with cluster() as (a, b):
+        keys = [f"many-{i}" for i in range(12)]
+        subs = {key: Subscriber(b.url, key, is_terminal) for key in keys}
+        await asyncio.gather(*(sub.started() for sub in subs.values()))
+        answers = await asyncio.gather(
+            *(
+                post_run((a if i % 2 else b).url, key, {"input": {"prompt": f"text:{10 + i}"}})
+                for i, key in enumerate(keys)
+            )
+        )
+        assert [r.status_code for r in answers] == [202] * len(keys)
+        for i, key in enumerate(keys):
+            events = await subs[key].done(20)
+            assert {e["runId"] for e in events} == {answers[i].json()["runId"]}
+            assert [e["sequence"] for e in events] == list(range(len(events)))
+            assert sum(e["type"] == "message.delta" for e in events) == 10 + i
+        states = await asyncio.gather(*(get_state(a.url, key) for key in keys))
+        assert states == list(await asyncio.gather(*(get_state(b.url, key) for key in keys)))
