@@ -47,6 +47,7 @@ from core.factory import EventFactory
 from providers.closure import Cause, OpenEntity, close_entity, is_waiting
 from providers.contract import AgentEvent, RunOptions
 from providers.errors import ProviderError, to_agent_error
+from providers.run_events import RunEventLog
 
 __all__ = ["MISSING", "RunContext", "ToolRecord", "input_text"]
 
@@ -119,7 +120,8 @@ class RunContext:
         self.output: Any = None
         self.usage: dict[str, Any] | None = None
         self.terminal: str | None = None
-        self.events: list[AgentEvent] = []
+        #: This run's events, text deltas merged (for ``history``; see providers.run_events).
+        self.events = RunEventLog()
         self.scratch: dict[str, Any] = {}
         #: Commands accepted since the last upstream request (native continuation, §10).
         self.commands_since_request: list[dict[str, Any]] = []
