@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query
 from fastapi.responses import Response
 
 from app.errors import ApiError
 from app.http import GatewayDep, GatewayRoute, Principal, Ref
+from app.idempotency import idempotent
 from app.responses import JSON
 from app.routes.responses import ERRORS
 from app.run_records import run_record, wait_for_run
+from app.runs import Submission
 from app.schemas import (
     AbortAnswer,
     AbortBody,
@@ -41,21 +43,35 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {
 async def _accept(
     gateway: GatewayDep,
     ref: Ref,
-    input: dict[str, Any] | None,
-    provider: str | None,
-    multitask: Any,
+    body: RunBody | ReloadBody,
     stream: bool,
+    idempotency_key: str | None,
     *,
     reload: bool,
 ) -> Response:
+    input = body.input
     max_input = gateway.settings.limits.max_input_bytes
     if input is not None and len(orjson.dumps(input)) > max_input:
         raise ApiError(413, "payload_too_large", f"input is larger than {max_input} bytes.")
-    submission = await gateway.runs.submit(ref, input, provider, multitask, reload=reload)
+
+    async def submit() -> Submission:
+        return await gateway.runs.submit(ref, input, body.provider, body.multitask, reload=reload)
+
     if stream:
+        submission = await submit()
         spec = Follow(start=submission.body["cursor"], until_run=submission.request.run_id)
         return sse_response(gateway, ref, spec)
-    return JSON(submission.body, status_code=202)
+    if idempotency_key is None:
+        return JSON((await submit()).body, status_code=202)
+
+    async def produce() -> dict[str, Any]:
+        return (await submit()).body
+
+    route = "reload" if reload else "runs"
+    answer = await idempotent(
+        gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
+    )
+    return JSON(answer, status_code=202)
 
 
 @router.post(
@@ -70,10 +86,9 @@ async def start_run(
     ref: Ref,
     body: RunBody,
     stream: bool = Query(False, description="Answer with the SSE stream of this run"),
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    return await _accept(
-        gateway, ref, body.input, body.provider, body.multitask, stream, reload=False
-    )
+    return await _accept(gateway, ref, body, stream, idempotency_key, reload=False)
 
 
 @router.post(
@@ -88,11 +103,9 @@ async def reload_run(
     ref: Ref,
     body: Annotated[ReloadBody | None, Body()] = None,
     stream: bool = Query(False),
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    body = body or ReloadBody()
-    return await _accept(
-        gateway, ref, body.input, body.provider, body.multitask, stream, reload=True
-    )
+    return await _accept(gateway, ref, body or ReloadBody(), stream, idempotency_key, reload=True)
 
 
 @router.post(

@@ -316,3 +316,21 @@ async def test_delete_ends_open_streams(gw: RunningGateway) -> None:
         assert (await client.delete(f"/v1/conversations/{KEY}")).status_code == 204
         frames = await asyncio.wait_for(reader, 5)
     assert [f.event for f in frames] == ["snapshot"]
+
+
+async def test_idempotency_key_on_runs(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        url = f"/v1/conversations/{KEY}/runs"
+        body = {"input": {"prompt": "text:1"}}
+        first = await client.post(url, json=body, headers={"Idempotency-Key": "run-1"})
+        again = await client.post(url, json=body, headers={"Idempotency-Key": "run-1"})
+        assert first.status_code == again.status_code == 202
+        assert again.json() == first.json()
+        other = await client.post(
+            url, json={"input": {"prompt": "text:2"}}, headers={"Idempotency-Key": "run-1"}
+        )
+        assert error_of(other)["code"] == "idempotency_key_reused"
+        state = await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        assert list(state["agentState"]["runs"]) == [first.json()["runId"]]
+        plain = await client.post(url, json=body)  # no key: a new run every time
+        assert plain.json()["runId"] != first.json()["runId"]
