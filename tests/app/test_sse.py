@@ -282,3 +282,15 @@ def test_coalesced_sends_are_capped_in_bytes() -> None:
     assert all(len(s) <= COALESCE_BYTES for s in sends[:-1])
     assert sends[-1] == entries[-1].sse  # a frame larger than the cap goes alone
     assert len(sends) < len(entries)
+
+
+async def test_shutdown_lets_a_run_finish_within_the_grace(start_gateway: StartGateway) -> None:
+    settings = make_settings(gateway={"shutdown_grace_seconds": 5})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "sleep:0.5 text:2")
+        reader = asyncio.create_task(collect_sse(client, EVENTS, params={"since": run["cursor"]}))
+        await wait_state(client, KEY, lambda s: s["isRequesting"])
+        await gw.stop()
+        frames = await asyncio.wait_for(reader, 10)
+    assert events_of(frames)[-1]["type"] == "run.completed"
