@@ -224,7 +224,7 @@ async def test_detach_is_not_abort(gw: RunningGateway) -> None:
 async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
     start_gateway: StartGateway,
 ) -> None:
-    settings = make_settings(gateway={"send_timeout_seconds": 0.5, "heartbeat_seconds": 30})
+    settings = make_settings(gateway={"send_timeout_seconds": 3, "heartbeat_seconds": 30})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
     stalled = await stalled_client(gw.port, f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\n\r\n")
     try:
@@ -239,8 +239,10 @@ async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
             elapsed = loop.time() - started
             assert events_of(frames)[-1]["type"] == "run.completed"
             assert len(events_of(frames)) == 207  # 200 deltas + 7 framing events
-            assert elapsed < 10
-            await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
+            # The healthy subscriber got everything before the stalled one could be dropped:
+            # nothing waited on the stalled send.
+            assert elapsed < 3
+            await asyncio.sleep(3.5)  # still stalled, past send_timeout_seconds
             assert await drained_to_eof(stalled, 5.0), "stalled subscriber was not dropped"
     finally:
         stalled.close()
