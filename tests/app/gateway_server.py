@@ -27,10 +27,10 @@ __all__ = ["RunningGateway", "launch", "make_settings"]
 
 
 def make_settings(**sections: Mapping[str, Any]) -> Settings:
-    """Settings from plain section dicts (a short shutdown grace unless one is given)."""
+    """Settings from plain section dicts, ignoring the environment (short shutdown grace)."""
     data = {name: dict(values) for name, values in sections.items()}
     data.setdefault("gateway", {}).setdefault("shutdown_grace_seconds", 0.2)
-    return Settings(**data)
+    return Settings.model_validate(data)  # hermetic: no environment overrides
 
 
 @dataclass
