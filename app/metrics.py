@@ -189,6 +189,7 @@ class GatewayMetrics:
         self.events = Counter(
             "agent_gateway_events", "AgentEvents accepted from providers.", ["type"], registry=r
         )
+        self._event_children: dict[object, Any] = {}
         self.active_runs = Gauge(
             "agent_gateway_active_runs", "Runs currently running.", ["provider"], registry=r
         )
@@ -262,7 +263,13 @@ class GatewayMetrics:
         return tracker
 
     def observe_event(self, event_type: object) -> None:
-        self.events.labels(self.event_label(event_type)).inc()
+        # Once per event (hot path): the labelled child is resolved once per event type.
+        child = self._event_children.get(event_type)
+        if child is None:
+            child = self.events.labels(self.event_label(event_type))
+            if isinstance(event_type, str) and len(self._event_children) < 64:
+                self._event_children[event_type] = child
+        child.inc()
 
     def protocol_issue(self, code: object) -> None:
         self.protocol_issues.labels(self.issue_label(code)).inc()

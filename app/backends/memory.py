@@ -42,8 +42,9 @@ class _Notifier:
         self.waiters = 0
 
     def notify(self) -> None:
+        # Hot path (every append): a set event already wakes every reader that captured it;
+        # the next reader to wait replaces it (see ``MemoryBackend.read``).
         self.event.set()
-        self.event = asyncio.Event()
 
 
 class _Conversation:
@@ -256,6 +257,8 @@ class MemoryBackend(Backend):
             notifier = self._notifiers[ref] = _Notifier()
         notifier.waiters += 1
         event = notifier.event
+        if event.is_set():  # set by an append this read already saw: wait for the next one
+            event = notifier.event = asyncio.Event()
         try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
