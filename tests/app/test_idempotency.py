@@ -1,0 +1,189 @@
+"""Idempotency-Key on runs, reload and command routes: one effect, the first answer, 409 on reuse.
+
+The last test is the retry storm: one key, many concurrent requests spread over two gateway
+processes on one Redis, exactly one run started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import wait_state
+from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
+from tests.app.scripted_provider import ScriptedProvider
+
+KEY = "idem-1"
+RUNS = f"/v1/conversations/{KEY}/runs"
+
+
+def code(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+def idem(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> RunningGateway:
+    settings = make_settings(gateway={"idempotency_ttl_seconds": 2})
+    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+
+
+async def idle(client: httpx.AsyncClient, key: str = KEY) -> dict[str, Any]:
+    return await wait_state(client, key, lambda s: not s["isRequesting"])
+
+
+async def test_same_key_and_body_answers_the_first_answer_and_starts_nothing(
+    gw: RunningGateway,
+) -> None:
+    async with gw.client() as client:
+        body = {"input": {"prompt": "text:2"}}
+        first = await client.post(RUNS, json=body, headers=idem("k1"))
+        assert first.status_code == 202, first.text
+        await idle(client)
+        again = await client.post(RUNS, json=body, headers=idem("k1"))
+        assert again.status_code == 202 and again.json() == first.json()
+        state = await idle(client)
+        assert list(state["agentState"]["runs"]) == [first.json()["runId"]]
+
+
+async def test_same_key_other_body_route_or_conversation_is_409(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        first = await client.post(RUNS, json={"input": {"prompt": "text:1"}}, headers=idem("k2"))
+        assert first.status_code == 202
+        await idle(client)
+        other_body = await client.post(
+            RUNS, json={"input": {"prompt": "text:9"}}, headers=idem("k2")
+        )
+        assert code(other_body) == (409, "idempotency_key_reused")
+        other_route = await client.post(
+            f"/v1/conversations/{KEY}/reload", json={"input": {"prompt": "text:1"}},
+            headers=idem("k2"),
+        )  # fmt: skip
+        assert code(other_route) == (409, "idempotency_key_reused")
+        other_conversation = await client.post(
+            "/v1/conversations/idem-2/runs", json={"input": {"prompt": "text:1"}},
+            headers=idem("k2"),
+        )  # fmt: skip
+        assert code(other_conversation) == (409, "idempotency_key_reused")
+        assert (await client.get("/v1/conversations/idem-2/state")).status_code == 404
+        state = await idle(client)
+        assert list(state["agentState"]["runs"]) == [first.json()["runId"]]
+
+
+async def test_concurrent_retries_on_one_instance_start_one_run(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        body = {"input": {"prompt": "text:3"}}
+        answers = await asyncio.gather(
+            *(client.post(RUNS, json=body, headers=idem("storm")) for _ in range(12))
+        )
+        assert {a.status_code for a in answers} == {202}
+        assert len({a.json()["runId"] for a in answers}) == 1
+        state = await idle(client)
+        assert list(state["agentState"]["runs"]) == [answers[0].json()["runId"]]
+
+
+async def test_reload_is_idempotent(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await client.post(RUNS, json={"input": {"prompt": "text:1"}})
+        await idle(client)
+        url = f"/v1/conversations/{KEY}/reload"
+        first = await client.post(url, headers=idem("r1"))
+        assert first.status_code == 202, first.text
+        await idle(client)
+        again = await client.post(url, headers=idem("r1"))
+        assert again.json() == first.json()
+        state = await idle(client)
+        assert len(state["agentState"]["runs"]) == 2
+
+
+async def test_a_refused_request_is_not_remembered(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        busy = await client.post(RUNS, json={"input": {"prompt": "sleep:0.5"}})
+        assert busy.status_code == 202
+        body = {"input": {"prompt": "text:1"}}
+        refused = await client.post(RUNS, json=body, headers=idem("later"))
+        assert code(refused) == (409, "run_in_progress")
+        await idle(client)
+        accepted = await client.post(RUNS, json=body, headers=idem("later"))
+        assert accepted.status_code == 202
+        again = await client.post(RUNS, json=body, headers=idem("later"))
+        assert again.json() == accepted.json()
+
+
+async def test_keys_expire_after_the_ttl(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        body = {"input": {"prompt": "text:1"}}
+        first = await client.post(RUNS, json=body, headers=idem("ttl"))
+        await idle(client)
+        await asyncio.sleep(2.3)  # idempotency_ttl_seconds = 2
+        later = await client.post(RUNS, json=body, headers=idem("ttl"))
+        assert later.status_code == 202
+        assert later.json()["runId"] != first.json()["runId"]
+
+
+async def test_command_with_a_key_is_answered_once(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await client.post(RUNS, json={"input": {"prompt": "approval:a1"}})
+        await wait_state(client, KEY, lambda s: bool(s["agentState"]["approvals"]))
+        url = f"/v1/conversations/{KEY}/approvals/a1"
+        answers = await asyncio.gather(
+            *(client.post(url, json={"decision": "approved"}, headers=idem("c1")) for _ in range(5))
+        )
+        assert {a.status_code for a in answers} == {202}
+        assert len({a.text for a in answers}) == 1
+        other = await client.post(url, json={"decision": "rejected"}, headers=idem("c1"))
+        assert code(other) == (409, "idempotency_key_reused")
+        state = await idle(client)
+        approval = next(iter(state["agentState"]["approvals"].values()))
+        assert approval["decision"] == "approved"
+
+
+# --- two instances on one Redis ---------------------------------------------------------------
+
+
+@asynccontextmanager
+async def two_instances() -> AsyncIterator[tuple[GatewayProcess, GatewayProcess]]:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        try:
+            a.start()
+            b.start()
+            await asyncio.gather(a.wait_ready(), b.wait_ready())
+            yield a, b
+        finally:
+            a.close()
+            b.close()
+
+
+async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None:
+    async with (
+        two_instances() as (a, b),
+        httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
+        httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
+    ):
+        body = {"input": {"prompt": "text:3 sleep:0.3"}}
+        clients = [ca, cb] * 10
+        answers = await asyncio.gather(
+            *(c.post(RUNS, json=body, headers=idem("storm-1")) for c in clients)
+        )
+        assert {r.status_code for r in answers} == {202}, [r.text for r in answers]
+        assert len({r.text for r in answers}) == 1  # byte-identical first answer everywhere
+        run_id = answers[0].json()["runId"]
+        for client in (ca, cb):
+            state = await idle(client)
+            assert list(state["agentState"]["runs"]) == [run_id]
+            assert state["agentState"]["runs"][run_id]["status"] == "completed"
+        other = await cb.post(RUNS, json={"input": {"prompt": "x"}}, headers=idem("storm-1"))
+        assert code(other) == (409, "idempotency_key_reused")
