@@ -48,17 +48,22 @@ async def conversations(gateway: procs.Server, count: int, deltas: int) -> float
     return (gateway.rss_bytes() - before) / count
 
 
-async def stalled_run(gateway: procs.Server, events: int) -> tuple[float, float, bool]:
+async def stalled_run(
+    gateway: procs.Server, events: int, stalled: int = 1
+) -> tuple[float, float, bool]:
     await gateway_run(gateway.port, 2000)  # warm-up of the streaming path
     key = new_key("stall")
     loop = asyncio.get_running_loop()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await loop.sock_connect(sock, ("127.0.0.1", gateway.port))
-    request = f"GET /v1/conversations/{key}/events HTTP/1.1\r\nhost: x\r\n\r\n"
-    await loop.sock_sendall(sock, request.encode())
-    await asyncio.sleep(0.3)  # subscribed; from now on it never reads
+    sockets = []
+    for _ in range(stalled):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", gateway.port))
+        request = f"GET /v1/conversations/{key}/events HTTP/1.1\r\nhost: x\r\n\r\n"
+        await loop.sock_sendall(sock, request.encode())
+        sockets.append(sock)
+    await asyncio.sleep(0.3)  # subscribed; from now on they never read
     before = gateway.rss_bytes()
     peak = before
     done = False
@@ -75,7 +80,8 @@ async def stalled_run(gateway: procs.Server, events: int) -> tuple[float, float,
     finally:
         done = True
         await sampler
-        sock.close()
+        for sock in sockets:
+            sock.close()
     peak = max(peak, gateway.rss_bytes())
     complete = result.terminal == b"completed" and result.deltas == events
     return float(peak - before), float(gateway.rss_bytes() - before), complete
@@ -86,6 +92,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--events", type=int, default=50000)
+    parser.add_argument("--stalled", type=int, default=1, help="stalled subscribers (0: none)")
     args = parser.parse_args()
     with contextlib.ExitStack() as exits:
         upstream = procs.start_server("upstream")
@@ -95,7 +102,7 @@ def main() -> None:
         per_conv = uvloop.run(conversations(gateway, args.conversations, args.deltas))
         stalled = procs.start_server("gateway", config=procs.gateway_config(upstream.url))
         exits.callback(stalled.stop)
-        peak, end, complete = uvloop.run(stalled_run(stalled, args.events))
+        peak, end, complete = uvloop.run(stalled_run(stalled, args.events, args.stalled))
     rows = [
         [
             f"RSS per idle conversation ({args.conversations} x {args.deltas} deltas)",

@@ -1,0 +1,125 @@
+"""Figure 6: figures 1 and 2 with ``backend = "redis"``, as ratios to the memory backend.
+
+One mock upstream, one memory-backend gateway and one Redis-backend gateway (on a private
+``redis-server``), measured in alternating rounds: throughput of one ``--chunks`` stream
+(events/s, gateway CPU µs/event) and fan-out of one ``--fan-chunks`` run at ``--delay`` ms to K
+subscribers (p99 latency, CPU µs per delivered event). Ratios are redis / memory of the medians.
+
+Usage: ``.venv/bin/python bench/redis_ratio_bench.py [--chunks 20000] [--rounds 3]
+[--ks 1,50,200,500] [--fan-chunks 5000] [--delay 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import uvloop
+
+from bench.fanout_bench import Round, gateway_round
+from bench.harness import procs
+from bench.harness.flows import gateway_run
+from bench.harness.stats import median, table
+from bench.throughput_bench import Series
+
+BACKENDS = ("memory", "redis")
+
+
+async def measure(
+    gateways: dict[str, procs.Server],
+    chunks: int,
+    rounds: int,
+    ks: list[int],
+    fan_chunks: int,
+    delay: float,
+) -> tuple[dict[str, Series], dict[str, dict[int, list[Round]]]]:
+    series = {name: Series(name) for name in BACKENDS}
+    fan: dict[str, dict[int, list[Round]]] = {name: {} for name in BACKENDS}
+    for server in gateways.values():
+        await gateway_run(server.port, 10)
+    for _ in range(rounds):
+        for name in BACKENDS:
+            server = gateways[name]
+            before = server.cpu_seconds()
+            result = await gateway_run(server.port, chunks)
+            series[name].add(result, server.cpu_seconds() - before)
+    for k in ks:
+        for _ in range(max(1, rounds // 2)):
+            for name in BACKENDS:
+                fan[name].setdefault(k, []).append(
+                    await gateway_round(gateways[name], k, fan_chunks, delay)
+                )
+    return series, fan
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ks", default="1,50,200,500")
+    parser.add_argument("--fan-chunks", type=int, default=5000)
+    parser.add_argument("--delay", type=float, default=1.0)
+    args = parser.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    with contextlib.ExitStack() as exits:
+        upstream = procs.start_server("upstream")
+        exits.callback(upstream.stop)
+        redis_url = exits.enter_context(procs.redis_server())
+        gateways = {}
+        for name in BACKENDS:
+            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis_url)
+            gateways[name] = procs.start_server("gateway", config=config)
+            exits.callback(gateways[name].stop)
+        series, fan = uvloop.run(
+            measure(gateways, args.chunks, args.rounds, ks, args.fan_chunks, args.delay)
+        )
+    mem, red = series["memory"], series["redis"]
+    rows: list[list[object]] = [
+        [
+            f"fig 1: events/s ({args.chunks:,} chunks)",
+            median(mem.events_per_s),
+            median(red.events_per_s),
+            _ratio(median(red.events_per_s), median(mem.events_per_s)),
+        ],
+        [
+            "fig 1: gateway CPU µs/event",
+            median(mem.cpu_us_per_event),
+            median(red.cpu_us_per_event),
+            _ratio(median(red.cpu_us_per_event), median(mem.cpu_us_per_event)),
+        ],
+    ]
+    complete = True
+    for k in ks:
+        m, r = fan["memory"][k], fan["redis"][k]
+        complete &= all(x.complete for x in m + r)
+        for label, attr in (("p99 ms", "p99_ms"), ("CPU µs/delivery", "cpu_us_per_delivery")):
+            a = median([getattr(x, attr) for x in m])
+            b = median([getattr(x, attr) for x in r])
+            rows.append([f"fig 2: K={k} {label}", a, b, _ratio(b, a)])
+    print(
+        table(
+            f"Figure 6: Redis backend vs memory backend (medians; fan-out {args.fan_chunks:,} "
+            f"chunks at {args.delay:g} ms)",
+            ["measure", "memory", "redis", "redis/memory"],
+            rows,
+        )
+    )
+    thr = _ratio(median(red.events_per_s), median(mem.events_per_s))
+    kmax = max(ks)
+    p99 = median([x.p99_ms for x in fan["redis"][kmax]])
+    print(
+        f"SUMMARY figure6 redis/memory events/s = {thr:.2f}; redis K={kmax} p99 = {p99:.1f} ms; "
+        f"all delivered = {complete}"
+    )
+
+
+if __name__ == "__main__":
+    main()
