@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from app.auth import load_tokens_file
+
 CONFIG_ENV_VAR = "AGENT_GATEWAY_CONFIG"
 DEMO_PROVIDER = "demo"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -87,6 +89,12 @@ class AuthSection(_Section):
     tokens: dict[str, str] = Field(default_factory=dict)
     tokens_file: str | None = None
     services: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _load_tokens_file(self) -> AuthSection:
+        if self.tokens_file:  # inline tokens win over the file's
+            self.tokens = {**load_tokens_file(self.tokens_file), **self.tokens}
+        return self
 
 
 class ProviderConfig(BaseModel):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -11,6 +10,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
+from app.auth import TokenTable, bearer_token
 from app.backends import ConversationRef
 from app.errors import ApiError
 from app.gateway import Gateway
@@ -70,13 +70,15 @@ def principal_of(connection: HTTPConnection) -> str:
     auth = get_gateway(connection).settings.auth
     if auth.mode == "none":
         return "anonymous"
-    header = connection.headers.get("authorization", "")
-    token = header[7:].strip() if header.lower().startswith("bearer ") else None
-    token = token or connection.query_params.get("access_token")
-    if token:
-        for known, principal in auth.tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return principal
+    table: TokenTable | None = getattr(connection.app.state, "token_table", None)
+    if table is None:  # built once per app; lookups are constant-time (app/auth.py)
+        table = connection.app.state.token_table = TokenTable(auth.tokens)
+    token = bearer_token(
+        connection.headers.get("authorization", ""), connection.query_params.get("access_token")
+    )
+    principal = table.lookup(token)
+    if principal is not None:
+        return principal
     raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
 
 

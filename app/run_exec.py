@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from app.backends import Backend, ConversationRef
 from app.config import Settings
+from app.limits import cap_artifact
 from app.logs import log_context
 from app.metrics import GatewayMetrics
 from app.provider_catalog import ProviderCatalog
@@ -153,8 +154,11 @@ async def _execute_run(
     terminal_seen = False
     tracker = metrics.run_tracker(request.provider, active.signal) if metrics else None
 
+    artifact_cap = settings.limits.max_inline_artifact_bytes
+
     async def on_event(event: AgentEvent) -> None:
         nonlocal terminal_seen
+        event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
         entry = await backend.append_event(ref, event)
         if tracker is not None:
             tracker.on_event(event)

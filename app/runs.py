@@ -18,6 +18,7 @@ from app.backends import Backend, ConversationMeta, ConversationRef
 from app.config import Settings
 from app.errors import ApiError
 from app.ids import new_run_id, new_session_id
+from app.limits import GatewayLimits
 from app.metrics import GatewayMetrics
 from app.provider_catalog import ProviderCatalog
 from app.run_exec import ActiveRun, RunRequest, execute_run, title_of
@@ -60,6 +61,8 @@ class RunManager:
         self.metrics = metrics
         self.shutting_down = False
         self._slots: dict[ConversationRef, _Slot] = {}
+        #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
+        self.limits = GatewayLimits(settings.limits)
 
     # --- queries -------------------------------------------------------------------------
     def active(self, ref: ConversationRef) -> ActiveRun | None:
@@ -99,12 +102,18 @@ class RunManager:
         if self.shutting_down:
             raise ApiError(503, "shutting_down", "The gateway is shutting down.")
         policy = multitask or self.settings.gateway.multitask
+        self.limits.runs.check(ref.principal)  # 429 rate_limited
         slot = self._slots.setdefault(ref, _Slot())
         try:
-            return await self._submit(ref, slot, input, provider, policy)
+            submission = await self._submit(ref, slot, input, provider, policy)
+            self.limits.runs.record(ref.principal)
+            return submission
         except ApiError:
             self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
             raise
+
+    async def _conversation_count(self, principal: str) -> int:
+        return len(await self.backend.list_conversations(principal))
 
     def _forget_if_idle(self, ref: ConversationRef, slot: _Slot) -> None:
         idle = slot.worker is None and not slot.queue and slot.current is None
@@ -131,6 +140,7 @@ class RunManager:
             name = provider or (meta.last_provider if meta else None) or self.catalog.default
             self.catalog.get(name)  # 404 unknown_provider
             if meta is None:
+                await self.limits.check_new_conversation(ref, self._conversation_count)
                 now = time.time() * 1000
                 meta = ConversationMeta(
                     session_id=new_session_id(),

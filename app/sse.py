@@ -33,6 +33,7 @@ TRANSPORT_EXTENSION = "gateway.transport"
 
 class _GatewayEventSource(EventSourceResponse):
     gateway: Gateway
+    ref: ConversationRef
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -46,6 +47,8 @@ class _GatewayEventSource(EventSourceResponse):
             transport = scope.get("extensions", {}).get(TRANSPORT_EXTENSION)
             if transport is not None:
                 transport.abort()
+        finally:
+            self.gateway.runs.limits.subscribers.release(self.ref)  # taken in sse_response
 
 
 def _ping() -> ServerSentEvent:
@@ -88,6 +91,7 @@ async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> Async
 def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
     """An SSE response following the conversation's log as ``spec`` says."""
     settings = gateway.settings.gateway
+    gateway.runs.limits.subscribers.acquire(ref)  # 429 too_many_subscribers; freed in __call__
     response = _GatewayEventSource(
         _frames(gateway, ref, spec),
         headers={"Cache-Control": "no-cache"},
@@ -97,4 +101,5 @@ def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventS
         sep="\n",
     )
     response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
+    response.ref = ref
     return response

@@ -58,6 +58,7 @@ async def _accept(
         return await gateway.runs.submit(ref, input, body.provider, body.multitask, reload=reload)
 
     if stream:
+        gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
         submission = await submit()
         spec = Follow(start=submission.body["cursor"], until_run=submission.request.run_id)
         return sse_response(gateway, ref, spec)

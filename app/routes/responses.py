@@ -17,7 +17,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         413: "payload_too_large",
         415: "unsupported_media_type",
         422: "invalid_request",
-        429: "queue_full / rate_limited",
+        429: "queue_full, rate_limited, too_many_conversations, too_many_subscribers",
         503: "shutting_down / backend_unavailable",
     }.items()
 }

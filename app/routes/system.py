@@ -24,8 +24,12 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the backend is reachable", responses={503: ERRORS[503]})
-async def readyz(gateway: GatewayDep) -> Response:
+@router.get(
+    "/readyz",
+    summary="Readiness: the backend is reachable",
+    responses={401: ERRORS[401], 503: ERRORS[503]},
+)
+async def readyz(gateway: GatewayDep, _principal: Principal) -> Response:  # auth: http-api.md
     if gateway.runs.shutting_down:
         return JSON({"status": "shutting_down"}, status_code=503)
     try:

@@ -202,7 +202,11 @@ async def conversation_ws(
     gateway = get_gateway(websocket)
     try:
         principal = principal_of(websocket)
-    except ApiError:
+    except ApiError as exc:  # accepted first, so the client sees the 1008 and its reason
+        await websocket.accept()
+        await websocket.send_text(
+            orjson.dumps({"type": "error", "code": exc.code, "message": exc.message}).decode()
+        )
         await websocket.close(code=1008, reason="unauthorized")
         return
     await websocket.accept()
@@ -214,9 +218,22 @@ async def conversation_ws(
         )
         await websocket.close(code=1008, reason="invalid conversationKey")
         return
-    session = _Session(gateway, ConversationRef(principal, conversationKey), websocket)
-    with gateway.track_socket():
-        await _serve(session, since or None)
+    ref = ConversationRef(principal, conversationKey)
+    subscribers = gateway.runs.limits.subscribers
+    try:
+        subscribers.acquire(ref)
+    except ApiError as exc:  # too_many_subscribers: say why, then "try again later"
+        await websocket.send_text(
+            orjson.dumps({"type": "error", "code": exc.code, "message": exc.message}).decode()
+        )
+        await websocket.close(code=1013, reason=exc.code)
+        return
+    session = _Session(gateway, ref, websocket)
+    try:
+        with gateway.track_socket():
+            await _serve(session, since or None)
+    finally:
+        subscribers.release(ref)
 
 
 async def _serve(session: _Session, since: str | None) -> None:

@@ -143,9 +143,11 @@ async def test_since_query_resumes(gw: RunningGateway) -> None:
 async def test_bad_key_and_bad_token(start_gateway: StartGateway) -> None:
     settings = make_settings(auth={"mode": "bearer", "tokens": {"tok": "alice"}})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
-    with pytest.raises(websockets.exceptions.InvalidStatus):
-        async with websockets.connect(ws_url(gw)) as ws:
+    async with websockets.connect(ws_url(gw)) as ws:  # bad token: error frame, then 1008
+        assert (await recv(ws))["code"] == "unauthorized"
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as refused:
             await ws.recv()
+        assert refused.value.rcvd is not None and refused.value.rcvd.code == 1008
     async with websockets.connect(ws_url(gw, "?access_token=tok")) as ws:
         assert (await recv(ws))["type"] == "snapshot"
     url = f"{gw.ws_url}/v1/conversations/bad%20key/ws?access_token=tok"
