@@ -29,6 +29,7 @@ Config (``[providers.NAME]``, kind ``local-demo``): ``delay_ms`` (pause between 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -129,7 +130,8 @@ def continuation_turn(ctx: RunContext) -> list[Op]:
     weather = ctx.tool("call-weather")
     if weather is not None:
         if weather.status == "completed":
-            parts.append(f"The weather tool answered: {ctx.scratch.get('weather')!s}.")
+            answer = json.dumps(ctx.scratch.get("weather"), ensure_ascii=False)
+            parts.append(f"The weather tool answered: {answer}.")
         else:
             parts.append("The weather tool failed.")
     decision = decisions.get("approval-1")

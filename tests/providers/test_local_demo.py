@@ -65,12 +65,15 @@ async def test_app_tool_result_continues_the_run() -> None:
     events = await assert_provider_contract(
         demo(),
         input={"prompt": "weather please"},
-        commands=[("tool.submit_result", {"toolCallId": "call-weather", "result": "sunny"})],
+        commands=[
+            ("tool.submit_result", {"toolCallId": "call-weather", "result": {"sky": "sunny"}})
+        ],
         expect_terminal="run.completed",
     )
     requested = next(e for e in events if e["type"] == "tool.requested")
     assert requested["meta"] == {"executor": "app"}
-    assert "sunny" in text_of(events, "msg-2")
+    # The reply quotes the result as JSON, the way the app sent it.
+    assert 'answered: {"sky": "sunny"}.' in text_of(events, "msg-2")
 
 
 @pytest.mark.parametrize(
