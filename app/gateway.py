@@ -14,6 +14,7 @@ from app.metrics import GatewayMetrics, InstrumentedBackend
 from app.provider_catalog import ProviderCatalog
 from app.runs import RunManager
 from app.snapshot import snapshot_object
+from app.webhooks import WebhookDispatcher
 from providers.contract import AgentProvider
 
 __all__ = ["Gateway"]
@@ -40,6 +41,10 @@ class Gateway:
             backend or create_backend(settings), self.metrics
         )
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
+        #: Completion webhooks of [webhooks] (app/webhooks.py); off when no url is configured.
+        self.webhooks = WebhookDispatcher(settings.webhooks, self.backend, self.metrics.registry)
+        if self.webhooks.enabled:
+            self.runs.run_listeners.append(self.webhooks.run_ended)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None
@@ -49,6 +54,7 @@ class Gateway:
 
     async def start(self) -> None:
         await self.backend.start()
+        self.webhooks.start()
 
     async def snapshot(self, ref: ConversationRef) -> dict[str, Any]:
         return snapshot_object(ref.key, await self.backend.snapshot(ref))
@@ -84,5 +90,6 @@ class Gateway:
 
     async def close(self) -> None:
         await self.drain()
+        await self.webhooks.close(max(1.0, self.settings.gateway.shutdown_grace_seconds))
         await self.catalog.aclose()
         await self.backend.close()

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -61,6 +62,8 @@ class RunManager:
         self.metrics = metrics
         self.shutting_down = False
         self._slots: dict[ConversationRef, _Slot] = {}
+        #: Told (synchronously; must not block) of every run that ended on this instance.
+        self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
         #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
         self.limits = GatewayLimits(settings.limits)
 
@@ -213,6 +216,7 @@ class RunManager:
                             self.metrics,
                         )
                     finally:
+                        self._run_ended(ref, request.run_id)
                         await self.backend.release_run(ref, request.run_id)
                 except Exception:
                     logger.exception("run %s could not be executed", request.run_id)
@@ -227,6 +231,13 @@ class RunManager:
             slot.worker = None
             if not slot.queue and slot.current is None and not slot.lock.locked():
                 self._slots.pop(ref, None)
+
+    def _run_ended(self, ref: ConversationRef, run_id: str) -> None:
+        for listener in self.run_listeners:
+            try:
+                listener(ref, run_id)
+            except Exception:
+                logger.exception("a run listener failed for run %s", run_id)
 
     # --- abort ---------------------------------------------------------------------------
     async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:

@@ -1,0 +1,220 @@
+"""Completion webhooks against a loopback receiver: exact events, valid signatures, retries with
+backoff until acknowledged, failures in metrics, and a slow receiver never delays a run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from app.webhooks import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    sign_payload,
+    verify_signature,
+)
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import collect_sse, start_run, terminal, wait_state
+from tests.app.scripted_provider import ScriptedProvider
+
+SECRET = "whsec-loopback-test"
+
+
+@dataclass
+class Receiver:
+    """Records every POST; fails the first ``fail_first`` with 500; answers after ``delay`` s."""
+
+    fail_first: int = 0
+    delay: float = 0.0
+    url: str = ""
+    attempts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    acknowledged: list[dict[str, Any]] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: Request) -> Response:
+        body = await request.body()
+        self.attempts.append((dict(request.headers), body))
+        self.arrived.set()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if len(self.attempts) <= self.fail_first:
+            return Response(status_code=500)
+        self.acknowledged.append(orjson.loads(body))
+        return Response(status_code=204)
+
+    async def wait_acknowledged(self, count: int, within: float = 10.0) -> None:
+        deadline = time.monotonic() + within
+        while len(self.acknowledged) < count:
+            assert time.monotonic() < deadline, f"only {len(self.acknowledged)} acknowledged"
+            await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def serve_receiver(receiver: Receiver) -> AsyncIterator[Receiver]:
+    app = Starlette(routes=[Route("/hook", receiver.handle, methods=["POST"])])
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    receiver.url = f"http://127.0.0.1:{port}/hook"
+    try:
+        yield receiver
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def gateway_for(
+    start_gateway: StartGateway, receiver: Receiver, events: list[str] | None = None
+) -> RunningGateway:
+    hooks: dict[str, Any] = {"url": receiver.url, "secret": SECRET}
+    if events is not None:
+        hooks["events"] = events
+    gw = await start_gateway(make_settings(webhooks=hooks), providers={"demo": ScriptedProvider()})
+    gw.gateway.webhooks.backoff_seconds = 0.05  # fast retries in tests
+    return gw
+
+
+def test_signature_round_trip_and_rejections() -> None:
+    body = b'{"a":1}'
+    now = int(time.time())
+    header = sign_payload(SECRET, now, body)
+    assert verify_signature(SECRET, header, body)
+    assert not verify_signature("other-secret", header, body)
+    assert not verify_signature(SECRET, header, body + b" ")
+    assert not verify_signature(SECRET, sign_payload(SECRET, now - 3600, body), body)
+    assert not verify_signature(SECRET, "garbage", body)
+
+
+async def test_receiver_gets_exactly_the_configured_events_signed(
+    start_gateway: StartGateway,
+) -> None:
+    async with serve_receiver(Receiver()) as receiver:
+        gw = await gateway_for(start_gateway, receiver, ["run.completed", "run.cancelled"])
+        async with gw.client() as client:
+            done = await start_run(client, "c1", "text:2")
+            await wait_state(client, "c1", lambda s: not s["isRequesting"])
+            failed = await start_run(client, "c2", "boom")
+            await wait_state(client, "c2", lambda s: not s["isRequesting"])
+            cancelled = await start_run(client, "c3", "sleep:5")
+            await wait_state(client, "c3", lambda s: s["isRequesting"])
+            abort = await client.post("/v1/conversations/c3/abort", json={})
+            assert abort.status_code == 202
+            await receiver.wait_acknowledged(2)
+            await asyncio.sleep(0.5)  # a delivery for the failed run would have arrived by now
+            state = (await client.get("/v1/conversations/c2/state")).json()
+            assert state["agentState"]["runs"][failed["runId"]]["status"] == "failed"
+        assert len(receiver.attempts) == 2
+        for headers, body in receiver.attempts:
+            assert verify_signature(SECRET, headers[SIGNATURE_HEADER.lower()], body)
+            assert headers["content-type"] == "application/json"
+            assert SECRET not in body.decode() and SECRET not in str(headers)
+        by_run = {hook["run"]["runId"]: hook for hook in receiver.acknowledged}
+        assert set(by_run) == {done["runId"], cancelled["runId"]}
+        completed, ended = by_run[done["runId"]], by_run[cancelled["runId"]]
+        assert (completed["type"], completed["run"]["status"]) == ("run.completed", "completed")
+        assert (ended["type"], ended["run"]["status"]) == ("run.cancelled", "cancelled")
+        assert ended["run"]["reason"] == "aborted"
+        assert completed["conversationKey"] == "c1" and completed["principal"] == "anonymous"
+        assert completed["run"]["sessionId"] == done["sessionId"]
+        headers = dict(receiver.attempts[0][0])
+        assert headers[EVENT_HEADER.lower()] in ("run.completed", "run.cancelled")
+        assert headers[DELIVERY_HEADER.lower()].startswith("whd_")
+
+
+async def test_failed_run_is_delivered_with_the_default_events(
+    start_gateway: StartGateway,
+) -> None:
+    async with serve_receiver(Receiver()) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        async with gw.client() as client:
+            run = await start_run(client, "c1", "boom")
+            await receiver.wait_acknowledged(1)
+        hook = receiver.acknowledged[0]
+        assert hook["type"] == "run.failed" and hook["run"]["runId"] == run["runId"]
+        assert hook["run"]["error"]["code"]
+
+
+async def test_receiver_failing_twice_still_gets_the_event_once_acknowledged(
+    start_gateway: StartGateway,
+) -> None:
+    async with serve_receiver(Receiver(fail_first=2)) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        async with gw.client() as client:
+            run = await start_run(client, "c1", "text:1")
+            await receiver.wait_acknowledged(1)
+            await asyncio.sleep(0.3)
+            metrics = (await client.get("/metrics")).text
+        assert len(receiver.attempts) == 3 and len(receiver.acknowledged) == 1
+        deliveries = {h[DELIVERY_HEADER.lower()] for h, _ in receiver.attempts}
+        assert len(deliveries) == 1  # one delivery id across the retries
+        assert all(verify_signature(SECRET, h[SIGNATURE_HEADER.lower()], b) for h, b in
+                   receiver.attempts)  # fmt: skip
+        assert receiver.acknowledged[0]["run"]["runId"] == run["runId"]
+        assert 'agent_gateway_webhook_attempt_failures_total{event="run.completed"} 2.0' in metrics
+        assert (
+            'agent_gateway_webhook_deliveries_total{event="run.completed",outcome="delivered"} 1.0'
+            in metrics
+        )
+
+
+async def test_bounded_attempts_then_counted_as_failed(start_gateway: StartGateway) -> None:
+    async with serve_receiver(Receiver(fail_first=100)) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        gw.gateway.webhooks.max_attempts = 3
+        async with gw.client() as client:
+            await start_run(client, "c1", "text:1")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                metrics = (await client.get("/metrics")).text
+                if 'outcome="failed"} 1.0' in metrics:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+        assert len(receiver.attempts) == 3 and not receiver.acknowledged
+        assert (
+            'agent_gateway_webhook_deliveries_total{event="run.completed",outcome="failed"} 1.0'
+            in metrics
+        )
+
+
+@pytest.mark.parametrize("delay", [3.0])
+async def test_slow_receiver_never_delays_the_run(
+    start_gateway: StartGateway, delay: float
+) -> None:
+    async with serve_receiver(Receiver(delay=delay)) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        async with gw.client() as client:
+            await start_run(client, "c1", "text:1")
+            await asyncio.wait_for(receiver.arrived.wait(), 5)  # the receiver now hangs
+            began = time.monotonic()
+            for i in range(3):  # runs keep streaming to their end while the receiver hangs
+                frames = await collect_sse(
+                    client,
+                    "/v1/conversations/c1/runs?stream=true",
+                    method="POST",
+                    json={"input": {"prompt": f"text:{i + 5}"}},
+                    stop=terminal,
+                )
+                assert orjson.loads(frames[-1].data)["type"] == "run.completed"
+            elapsed = time.monotonic() - began
+            assert elapsed < delay / 2, elapsed
+            assert not receiver.acknowledged  # the first delivery is still being answered
+            await receiver.wait_acknowledged(4, within=3 * delay)
