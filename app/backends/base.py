@@ -102,24 +102,15 @@ class ConversationMeta:
         )
 
 
-def _right_sized(data: bytes) -> bytes:
-    """A copy of ``data`` on an allocation of its own size.
-
-    ``orjson.dumps`` returns its bytes on the (4 KiB+) buffer it wrote into; a log entry keeps
-    its data for the whole retention window, so it keeps a right-sized copy (measured by
-    ``bench/memory_bench.py``: ~4 KiB less per retained entry).
-    """
-    return bytes(memoryview(data))
-
-
 class LogEntry:
     """One log entry: an AgentEvent or an extension value, serialized once.
 
-    ``data`` is the JSON of the event (or of ``{"key", "value"}``); the SSE and WebSocket
-    frames are built from it at most once and shared by every subscriber.
+    The entry keeps one buffer, its SSE frame (built once, when logged, and shared by every
+    subscriber); ``data``, the JSON of the event (or of ``{"key", "value"}``), is read back
+    from it. The WebSocket frame is built from it at most once.
     """
 
-    __slots__ = ("_sse", "_ws", "cursor", "data", "event_type", "kind", "run_id")
+    __slots__ = ("_data_at", "_ws", "cursor", "event_type", "kind", "run_id", "sse")
 
     def __init__(
         self,
@@ -131,32 +122,33 @@ class LogEntry:
     ) -> None:
         self.cursor = cursor
         self.kind = kind
-        self.data = data
         self.event_type = event_type
         self.run_id = run_id
-        self._sse: bytes | None = None
+        head = b"" if kind == "event" else b"event: extension\n"
+        cursor_bytes = cursor.encode()
+        #: The SSE frame: no ``event:`` line for AgentEvents, ``event: extension`` otherwise.
+        #: Built by ``%`` on a right-sized allocation (``orjson.dumps`` answers on a >= 4 KiB
+        #: buffer, which a retained entry must not pin).
+        self.sse: bytes = b"%sid: %s\ndata: %s\n\n" % (head, cursor_bytes, data)
+        self._data_at = len(head) + len(cursor_bytes) + 11  # "id: " + "\ndata: "
         self._ws: str | None = None
 
     @classmethod
     def for_event(cls, cursor: str, event: dict[str, Any]) -> LogEntry:
-        data = _right_sized(orjson.dumps(event))
-        return cls(cursor, "event", data, event.get("type"), event.get("runId"))
+        return cls(cursor, "event", orjson.dumps(event), event.get("type"), event.get("runId"))
 
     @classmethod
     def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
-        return cls(cursor, "extension", _right_sized(orjson.dumps({"key": key, "value": value})))
+        return cls(cursor, "extension", orjson.dumps({"key": key, "value": value}))
+
+    @property
+    def data(self) -> bytes:
+        """The JSON of the event (or of ``{"key", "value"}``)."""
+        return self.sse[self._data_at : -2]
 
     @property
     def is_run_terminal(self) -> bool:
         return self.event_type in TERMINAL_TYPES
-
-    @property
-    def sse(self) -> bytes:
-        """The SSE frame: no ``event:`` line for AgentEvents, ``event: extension`` otherwise."""
-        if self._sse is None:
-            head = b"" if self.kind == "event" else b"event: extension\n"
-            self._sse = b"%sid: %s\ndata: %s\n\n" % (head, self.cursor.encode(), self.data)
-        return self._sse
 
     @property
     def ws(self) -> str:
