@@ -15,6 +15,7 @@ from app.backends import ConversationRef
 from app.errors import ApiError
 from app.gateway import Gateway
 from app.schemas import KEY_PATTERN
+from app.service_auth import ActAsHeader, act_as
 
 __all__ = ["ConversationKey", "GatewayRoute", "Principal", "get_gateway", "principal_of"]
 
@@ -66,10 +67,12 @@ def get_gateway(connection: HTTPConnection) -> Gateway:
 
 
 def principal_of(connection: HTTPConnection) -> str:
-    """The caller's principal: ``anonymous`` without auth, else the bearer token's principal."""
+    """The principal a request addresses: ``anonymous`` without auth, else the bearer token's
+    principal, or for a service token the principal named by ``X-Act-As`` (app/service_auth.py).
+    """
     auth = get_gateway(connection).settings.auth
     if auth.mode == "none":
-        return "anonymous"
+        return act_as(connection, auth, None, "anonymous")  # X-Act-As: 403 not_a_service
     table: TokenTable | None = getattr(connection.app.state, "token_table", None)
     if table is None:  # built once per app; lookups are constant-time (app/auth.py)
         table = connection.app.state.token_table = TokenTable(auth.tokens)
@@ -78,11 +81,16 @@ def principal_of(connection: HTTPConnection) -> str:
     )
     principal = table.lookup(token)
     if principal is not None:
-        return principal
+        return act_as(connection, auth, token, principal)  # a service's X-Act-As (logged)
     raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
 
 
-Principal = Annotated[str, Depends(principal_of)]
+def _principal(connection: HTTPConnection, _act_as: ActAsHeader = None) -> str:
+    """``principal_of`` as a dependency (declares ``X-Act-As`` in the OpenAPI document)."""
+    return principal_of(connection)
+
+
+Principal = Annotated[str, Depends(_principal)]
 ConversationKey = Annotated[
     str, Path(alias="conversationKey", pattern=KEY_PATTERN, min_length=1, max_length=128)
 ]
