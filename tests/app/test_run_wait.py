@@ -1,0 +1,134 @@
+"""``GET …/runs/{runId}`` and ``…/wait?timeout=``: the run's record; the long-poll returns as
+soon as the run ends, and at the timeout with the run still running (also across instances)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import start_run, wait_state
+from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
+from tests.app.scripted_provider import ScriptedProvider
+
+KEY = "wait-1"
+BASE = f"/v1/conversations/{KEY}"
+
+
+def code(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> RunningGateway:
+    return await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+
+
+async def timed_wait(
+    client: httpx.AsyncClient, run_id: str, seconds: float, base: str = BASE
+) -> tuple[float, dict[str, Any]]:
+    """``GET …/wait?timeout=seconds``: (elapsed, record)."""
+    began = time.monotonic()
+    response = await client.get(f"{base}/runs/{run_id}/wait", params={"timeout": seconds})
+    assert response.status_code == 200, response.text
+    return time.monotonic() - began, response.json()
+
+
+async def test_wait_returns_as_soon_as_the_run_ends(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "sleep:0.6 text:2")
+        elapsed, record = await timed_wait(client, run["runId"], 20)
+        assert record["status"] == "completed"
+        assert 0.4 <= elapsed < 2.0, elapsed  # the run's length, not the 20 s timeout
+        assert record["runId"] == run["runId"] and record["sessionId"] == run["sessionId"]
+        assert {"createdAt", "updatedAt"} <= set(record)
+
+
+async def test_wait_answers_at_the_timeout_with_the_run_still_running(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "sleep:10")
+        elapsed, record = await timed_wait(client, run["runId"], 0.5)
+        assert record["status"] == "running"
+        assert 0.45 <= elapsed < 1.5, elapsed
+        await client.post(f"{BASE}/abort", json={})
+
+
+async def test_wait_returns_on_an_abort_from_elsewhere(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "sleep:10")
+        waiter = asyncio.create_task(timed_wait(client, run["runId"], 20))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        began = time.monotonic()
+        assert (await client.post(f"{BASE}/abort", json={})).status_code == 202
+        _, record = await asyncio.wait_for(waiter, 5)
+        assert time.monotonic() - began < 1.0
+        assert (record["status"], record["reason"]) == ("cancelled", "aborted")
+
+
+async def test_wait_on_an_ended_run_answers_at_once_and_record_matches(
+    gw: RunningGateway,
+) -> None:
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "boom")
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        elapsed, record = await timed_wait(client, run["runId"], 20)
+        assert elapsed < 0.5 and record["status"] == "failed"
+        assert isinstance(record["error"], dict) and record["error"]["code"]
+        plain = await client.get(f"{BASE}/runs/{run['runId']}")
+        assert plain.status_code == 200 and plain.json() == record
+
+
+async def test_wait_follows_a_queued_run_to_its_end(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        await start_run(client, KEY, "sleep:0.4")
+        queued = await start_run(client, KEY, "text:1", multitask="enqueue")
+        assert queued["status"] == "queued"
+        record = (await client.get(f"{BASE}/runs/{queued['runId']}")).json()
+        assert record["status"] in ("queued", "running")
+        _, record = await timed_wait(client, queued["runId"], 20)
+        assert record["status"] == "completed"
+
+
+async def test_unknown_run_conversation_and_bad_timeout(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        missing = await client.get("/v1/conversations/nope/runs/run_x/wait")
+        assert code(missing) == (404, "conversation_not_found")
+        await start_run(client, KEY, "text:1")
+        assert code(await client.get(f"{BASE}/runs/run_x")) == (404, "run_not_found")
+        assert code(await client.get(f"{BASE}/runs/run_x/wait")) == (404, "run_not_found")
+        for bad in ("0", "-1", "301", "soon"):
+            response = await client.get(f"{BASE}/runs/run_x/wait", params={"timeout": bad})
+            assert code(response) == (422, "invalid_request"), bad
+
+
+async def test_wait_on_another_instance_returns_when_the_run_ends() -> None:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        try:
+            a.start()
+            b.start()
+            await asyncio.gather(a.wait_ready(), b.wait_ready())
+            async with (
+                httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
+                httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
+            ):
+                run = await start_run(ca, KEY, "sleep:0.8 text:1")
+                elapsed, record = await timed_wait(cb, run["runId"], 15)
+                assert record["status"] == "completed" and elapsed < 3.0, elapsed
+                busy = await start_run(ca, KEY, "sleep:10")
+                elapsed, record = await timed_wait(cb, busy["runId"], 0.5)
+                assert record["status"] == "running" and elapsed < 1.5, elapsed
+                assert (await cb.post(f"{BASE}/abort", json={})).status_code == 202
+                _, record = await timed_wait(cb, busy["runId"], 10)
+                assert record["status"] == "cancelled"
+        finally:
+            a.close()
+            b.close()
