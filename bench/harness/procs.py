@@ -180,7 +180,6 @@ def gateway_config(
             "demo_page": False,
             "log_format": "json",
             "heartbeat_seconds": 15,
-            "runs_per_minute_per_principal": None,
             **(gateway or {}),
         },
         "limits": {
@@ -205,7 +204,6 @@ def gateway_config(
     }
     if redis_url is not None:
         sections["gateway"]["redis_url"] = redis_url
-    sections["gateway"].pop("runs_per_minute_per_principal")
     lines: list[str] = []
     for name, values in sections.items():
         lines.append(f"[{name}]")
