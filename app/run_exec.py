@@ -25,10 +25,12 @@ from providers.history import derive_history
 from providers.runner import run_agent_provider
 from providers.signal import AbortSignal
 
-__all__ = ["ActiveRun", "RunRequest", "execute_run", "title_of"]
+__all__ = ["START_WAIT_SECONDS", "ActiveRun", "RunRequest", "execute_run", "title_of"]
 
 logger = logging.getLogger("app.runs")
 TITLE_MAX = 80
+#: How long the 202 of a started run waits for its ``run.started`` to be logged (at most).
+START_WAIT_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -40,6 +42,27 @@ class RunRequest:
     provider: str
     emit_user_message: bool = True
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set once the run's ``run.started`` is in the log (and state), or the run is over.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
+        """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.
+
+        The 202 of a started run waits for this, so a ``GET …/state`` sent after it, to any
+        instance, already shows the run as active.
+        """
+        if self.started.is_set() or self.done.is_set():
+            return True
+        waits = [
+            asyncio.ensure_future(self.started.wait()),
+            asyncio.ensure_future(self.done.wait()),
+        ]
+        try:
+            finished, _ = await asyncio.wait(waits, timeout=within, return_when="FIRST_COMPLETED")
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return bool(finished)
 
 
 class ActiveRun:
@@ -162,8 +185,12 @@ async def _execute_run(
         entry = await backend.append_event(ref, event)
         if tracker is not None:
             tracker.on_event(event)
-        if entry.is_run_terminal and entry.run_id == active.run_id:
-            terminal_seen = True
+        if entry.run_id == active.run_id:
+            if entry.event_type == "run.started":
+                request.started.set()
+            elif entry.is_run_terminal:
+                terminal_seen = True
+                request.started.set()
 
     async def on_extension(key: str, value: Any) -> None:
         await backend.append_extension(ref, key, value)

@@ -55,7 +55,12 @@ async def _accept(
         raise ApiError(413, "payload_too_large", f"input is larger than {max_input} bytes.")
 
     async def submit() -> Submission:
-        return await gateway.runs.submit(ref, input, body.provider, body.multitask, reload=reload)
+        submission = await gateway.runs.submit(
+            ref, input, body.provider, body.multitask, reload=reload
+        )
+        if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
+            await submission.request.wait_started()
+        return submission
 
     if stream:
         gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after

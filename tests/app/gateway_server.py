@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from app.backends import Backend
 from app.config import Settings
 from app.factory import create_app
 from app.gateway import Gateway
@@ -69,8 +70,9 @@ async def launch(
     *,
     providers: Mapping[str, AgentProvider] | None = None,
     sndbuf: int | None = None,
+    backend: Backend | None = None,
 ) -> RunningGateway:
-    app = create_app(settings or make_settings(), providers=providers)
+    app = create_app(settings or make_settings(), providers=providers, backend=backend)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if sndbuf is not None:  # accepted sockets inherit it (Linux): a stalled client blocks fast

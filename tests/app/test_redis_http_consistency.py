@@ -1,0 +1,86 @@
+"""Read-your-writes on both backends: once ``POST …/runs`` answered 202, every instance shows it.
+
+``backend`` is a fixture param (memory | redis). On Redis two gateways share one key prefix (a
+cluster); the state is read on the instance that accepted the run and on the other one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, launch, make_settings
+from tests.app.helpers import collect_sse, start_run, terminal
+from tests.app.redis_http import redis_start_gateway
+from tests.app.scripted_provider import ScriptedProvider
+
+__all__ = ["redis_start_gateway"]
+
+ROUNDS = 8
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def instances(
+    request: pytest.FixtureRequest, start_gateway: StartGateway
+) -> AsyncIterator[list[RunningGateway]]:
+    """One memory gateway, or two gateways on one Redis key prefix."""
+    settings = make_settings(gateway={"heartbeat_seconds": 1})
+    providers = {"demo": ScriptedProvider()}
+    if request.param == "memory":
+        gateway = await launch(settings, providers=providers)
+        try:
+            yield [gateway]
+        finally:
+            await gateway.stop()
+        return
+    yield [await start_gateway(settings, providers=providers) for _ in range(2)]
+
+
+async def test_state_right_after_the_202_shows_the_run_on_every_instance(
+    instances: list[RunningGateway],
+) -> None:
+    clients = [gw.client() for gw in instances]  # connections kept open: no connect delay
+    try:
+        for i in range(ROUNDS):
+            key = f"ryw-{i}"
+            answer = await start_run(clients[0], key, "text:1 sleep:5")
+            assert answer["status"] == "started"
+            path = f"/v1/conversations/{key}/state"
+            for response in await asyncio.gather(*(c.get(path) for c in clients)):
+                state = response.json()
+                assert state["activeRunId"] == answer["runId"], state
+                assert state["isRequesting"] is True
+            await clients[0].post(f"/v1/conversations/{key}/abort", json={})
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_the_202_cursor_still_misses_nothing_of_the_run(
+    instances: list[RunningGateway],
+) -> None:
+    """The 202 now waits for run.started; its cursor is still the position before the run."""
+    key = "cursor"
+    async with instances[0].client() as client:
+        first = await start_run(client, key, "text:2")
+        await collect_sse(  # until the first run ended (the second is not refused)
+            client, f"/v1/conversations/{key}/events", params={"since": first["cursor"]},
+            stop=terminal,
+        )  # fmt: skip
+        second = await start_run(client, key, "text:3 sleep:0.2")
+    async with instances[-1].client() as other:
+        frames = await collect_sse(
+            other, f"/v1/conversations/{key}/events", params={"since": second["cursor"]},
+            stop=terminal,
+        )  # fmt: skip
+    events = [orjson.loads(f.data) for f in frames]
+    assert all(f.event == "message" for f in frames)
+    assert [e["runId"] for e in events] == [second["runId"]] * len(events)
+    assert events[0]["type"] == "run.started"
+    assert events[-1]["type"] == "run.completed"
+    deltas = [e["payload"]["delta"] for e in events if e["type"] == "message.delta"]
+    assert "".join(deltas) == "w0 w1 w2 "
