@@ -12,6 +12,7 @@ from typing import Any
 from app.backends import ConversationRef
 from app.errors import ApiError
 from app.gateway import Gateway
+from app.limits import check_json_size
 from providers.contract import Command
 
 __all__ = ["resolve_approval", "retry_tool", "submit_tool_result"]
@@ -67,6 +68,7 @@ async def resolve_approval(
     data: Any = None,
     expected_version: Any = None,
 ) -> dict[str, Any]:
+    check_json_size(data, gateway.settings.limits.max_input_bytes, "data")  # 413 / 422
     state = await _state(gateway, ref)
     approval = _find(state, "approvals", approval_id)
     if approval is None:
@@ -107,6 +109,7 @@ def _awaits_app(tool: dict[str, Any]) -> bool:
 async def submit_tool_result(
     gateway: Gateway, ref: ConversationRef, tool_call_id: str, result: Any, is_error: bool
 ) -> dict[str, Any]:
+    check_json_size(result, gateway.settings.limits.max_input_bytes, "result")  # 413 / 422
     state = await _state(gateway, ref)
     tool = _find(state, "toolCalls", tool_call_id)
     if tool is None:

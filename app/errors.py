@@ -63,6 +63,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSON:
 
 async def _http_error(_: Request, exc: Exception) -> JSON:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI: a body it cannot decode (e.g. not UTF-8) is not JSON
+        return JSON(error_body("invalid_request", "The body is not valid JSON."), status_code=422)
     code = _STATUS_CODES.get(exc.status_code, "http_error")
     return JSON(
         error_body(code, str(exc.detail)),

@@ -36,6 +36,7 @@ __all__ = [
     "RunRateLimiter",
     "SubscriberLimits",
     "cap_artifact",
+    "check_json_size",
 ]
 
 WINDOW_SECONDS = 60.0
@@ -153,6 +154,17 @@ class GatewayLimits:
 
     def cap_event(self, event: dict[str, Any]) -> dict[str, Any]:
         return cap_artifact(event, self.settings.max_inline_artifact_bytes)
+
+
+def check_json_size(value: Any, limit: int, what: str) -> None:
+    """413 ``payload_too_large`` when ``value`` as JSON exceeds ``limit`` bytes; 422
+    ``invalid_request`` when it cannot be stored as JSON at all (an integer beyond 64 bits)."""
+    try:
+        size = len(orjson.dumps(value))
+    except TypeError as exc:
+        raise ApiError(422, "invalid_request", f"{what} cannot be stored as JSON: {exc}.") from None
+    if size > limit:
+        raise ApiError(413, "payload_too_large", f"{what} is larger than {limit} bytes.")
 
 
 def _content_bytes(content: Any) -> bytes:

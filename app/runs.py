@@ -19,7 +19,7 @@ from app.backends import Backend, ConversationMeta, ConversationRef
 from app.config import Settings
 from app.errors import ApiError
 from app.ids import new_run_id, new_session_id
-from app.limits import GatewayLimits
+from app.limits import GatewayLimits, check_json_size
 from app.metrics import GatewayMetrics
 from app.provider_catalog import ProviderCatalog
 from app.run_exec import ActiveRun, RunRequest, execute_run, title_of
@@ -105,6 +105,8 @@ class RunManager:
         if self.shutting_down:
             raise ApiError(503, "shutting_down", "The gateway is shutting down.")
         policy = multitask or self.settings.gateway.multitask
+        if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
+            check_json_size(input, self.settings.limits.max_input_bytes, "input")
         self.limits.runs.check(ref.principal)  # 429 rate_limited
         slot = self._slots.setdefault(ref, _Slot())
         try:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Header, Path
 from app.commands import resolve_approval, retry_tool, submit_tool_result
 from app.http import GatewayDep, GatewayRoute, Ref
 from app.idempotency import idempotent
+from app.limits import check_json_size
 from app.responses import JSON
 from app.routes.responses import ERRORS
 from app.schemas import ApprovalBody, CommandAccepted, ToolResultBody
@@ -34,6 +35,7 @@ async def approve(
     approval_id: str = Path(alias="approvalId", min_length=1),
     idempotency_key: str | None = IdempotencyKey,
 ) -> JSON:
+    check_json_size(body.data, gateway.settings.limits.max_input_bytes, "data")
     answer = await idempotent(
         gateway,
         ref,
@@ -61,6 +63,7 @@ async def tool_result(
     tool_call_id: str = Path(alias="toolCallId", min_length=1),
     idempotency_key: str | None = IdempotencyKey,
 ) -> JSON:
+    check_json_size(body.result, gateway.settings.limits.max_input_bytes, "result")
     answer = await idempotent(
         gateway,
         ref,

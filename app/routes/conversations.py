@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Body, Header, Path, Query
 from fastapi.responses import Response
 
 from app.errors import ApiError
 from app.http import GatewayDep, GatewayRoute, Principal, Ref
 from app.idempotency import idempotent
+from app.limits import check_json_size
 from app.responses import JSON
 from app.routes.responses import ERRORS
 from app.run_records import run_record, wait_for_run
@@ -50,9 +50,8 @@ async def _accept(
     reload: bool,
 ) -> Response:
     input = body.input
-    max_input = gateway.settings.limits.max_input_bytes
-    if input is not None and len(orjson.dumps(input)) > max_input:
-        raise ApiError(413, "payload_too_large", f"input is larger than {max_input} bytes.")
+    if input is not None:  # also checked by runs.submit (WebSocket requests)
+        check_json_size(input, gateway.settings.limits.max_input_bytes, "input")
 
     async def submit() -> Submission:
         submission = await gateway.runs.submit(

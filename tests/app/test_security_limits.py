@@ -268,3 +268,48 @@ def test_cap_artifact_keeps_whole_characters_and_other_events() -> None:
     delta = {"type": "message.delta", "payload": {"messageId": "m", "delta": "x" * 100}}
     assert cap_artifact(delta, 5) is delta
     assert cap_artifact(event, 20) is event
+
+
+async def test_unstorable_json_is_422_not_500(start_gateway: StartGateway) -> None:
+    """Found by schemathesis: integers beyond 64 bits (and lone surrogates) in a body."""
+    gw = await _gateway(start_gateway, {})
+    huge = 2**70
+    async with gw.client(headers=_auth("tok-a")) as client:
+        for body in (
+            b'{"input": {"prompt": "x", "n": %d}}' % huge,
+            b'{"input": {"prompt": "\\ud800"}}',
+        ):
+            answer = await client.post(
+                "/v1/conversations/c0/runs",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            assert answer.status_code == 422 and _error(answer) == "invalid_request"
+        not_utf8 = await client.patch(
+            "/v1/conversations/c0",
+            content=b'{"title": "\xff\xfe"}',
+            headers={"content-type": "application/json"},
+        )
+        assert not_utf8.status_code == 422 and _error(not_utf8) == "invalid_request"
+        await start_run(client, "c1", "apptool:t1 approval:a1")
+        await wait_state(client, "c1", lambda s: "a1" in str(s["agentState"]["approvals"]))
+        tool = await client.post(
+            "/v1/conversations/c1/tools/t1/result", json={"result": {"n": huge}}
+        )
+        assert tool.status_code == 422 and _error(tool) == "invalid_request"
+        approval = await client.post(
+            "/v1/conversations/c1/approvals/a1", json={"decision": "approved", "data": [huge]}
+        )
+        assert approval.status_code == 422 and _error(approval) == "invalid_request"
+        url = f"{gw.ws_url}/v1/conversations/c2/ws?access_token=tok-a"
+        async with websockets.connect(url) as ws:
+            assert orjson.loads(await ws.recv())["type"] == "snapshot"
+            await ws.send(f'{{"op": "request", "input": {{"n": {huge}}}}}')
+            # orjson reads a huge integer as a float: the request is either accepted as such
+            # or refused as invalid, never a crash or a silent close.
+            while (frame := orjson.loads(await ws.recv()))["type"] not in ("ack", "error"):
+                pass
+            assert frame.get("code", "invalid_request") == "invalid_request"
+        # The waiting run is untouched and still answers a valid result.
+        ok = await client.post("/v1/conversations/c1/tools/t1/result", json={"result": 1})
+        assert ok.status_code == 202, ok.text
