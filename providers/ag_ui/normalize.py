@@ -35,7 +35,8 @@ _LEGACY = {
 
 def parse_agui_event(raw: dict[str, Any]) -> Any:
     """Validate one wire event with the ``ag-ui-protocol`` models (``UpstreamProtocolError``)."""
-    if raw.get("type") not in _KNOWN_TYPES:
+    kind = raw.get("type")
+    if not isinstance(kind, str) or kind not in _KNOWN_TYPES:  # a list/dict type is unhashable
         raise UpstreamProtocolError(
             f"AG-UI AGUI503: unknown event type {raw.get('type')!r}",
             details={"rule": "AGUI503"},
