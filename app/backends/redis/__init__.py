@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,16 +31,26 @@ __all__ = [
 ]
 
 
+#: Connections per instance. A burst of callers beyond it waits for a free connection (up to
+#: ``POOL_WAIT_SECONDS``) instead of failing: redis-py's default pool raises "Too many
+#: connections" past 100, which hundreds of subscribers connecting at once reach.
+MAX_CONNECTIONS = 100
+POOL_WAIT_SECONDS = 5.0
+
+
 def redis_client(url: str) -> Redis:
     """A client that fails fast (503 instead of hanging) and reconnects on its own."""
-    return Redis.from_url(
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT_SECONDS,
         socket_connect_timeout=1.0,
         socket_timeout=5.0,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         health_check_interval=15,
     )
+    return Redis.from_pool(pool)  # the client owns (and closes) its pool, as from_url does
 
 
 def create_redis_backend(settings: Settings) -> RedisBackend:
