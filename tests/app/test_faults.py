@@ -1,0 +1,245 @@
+"""Fault injection with a real loopback upstream and real clients.
+
+Hostile or broken peers on either side: slow-loris request bodies, half-closed and vanished SSE
+clients, a client that never reads, an upstream sending 50 MB without a newline, an upstream
+that never answers. In every case the gateway keeps serving other conversations, every accepted
+run ends with exactly one terminal event, and what a subscriber received is in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+import httpx
+
+from app.backends import EMPTY_CURSOR
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import (
+    collect_sse,
+    drained_to_eof,
+    events_of,
+    stalled_client,
+    start_run,
+    terminal,
+    wait_state,
+)
+from tests.app.scripted_provider import ScriptedProvider
+from tests.app.security_upstream import Upstream, serve_upstream
+
+TERMINALS = ("run.completed", "run.failed", "run.cancelled")
+
+
+async def _gateway(
+    start_gateway: StartGateway, upstream: Upstream | None = None, **gateway: Any
+) -> RunningGateway:
+    providers: dict[str, Any] = {}
+    if upstream is not None:
+        for name in ("flood", "silent", "slow", "events"):
+            providers[name] = {
+                "kind": "agent-event",
+                "url": upstream.url(f"/{name}"),
+                "idle_timeout_seconds": 0.5 if name == "silent" else 10,
+                "timeout_seconds": 30,
+            }
+    settings = make_settings(gateway=gateway, providers=providers)
+    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+
+
+async def _finished(client: httpx.AsyncClient, key: str, within: float = 15.0) -> dict[str, Any]:
+    state = await wait_state(
+        client,
+        key,
+        lambda s: s["activeRunId"] is None and bool(s["agentState"]["runs"]),
+        within=within,
+    )
+    runs = list(state["agentState"]["runs"].values())
+    assert all(run["status"] in ("completed", "failed", "cancelled") for run in runs), runs
+    return state
+
+
+async def _log(client: httpx.AsyncClient, key: str) -> list[dict[str, Any]]:
+    """Every retained event of the conversation (resumed from the empty cursor)."""
+    path = f"/v1/conversations/{key}/events?untilIdle=true&since={EMPTY_CURSOR}"
+    return events_of(await collect_sse(client, path))
+
+
+async def _healthy_conversation(client: httpx.AsyncClient, key: str) -> None:
+    """A normal run elsewhere, streamed to the end while the fault is going on."""
+    stream = asyncio.create_task(
+        collect_sse(client, f"/v1/conversations/{key}/events", stop=terminal)
+    )
+    await asyncio.sleep(0.05)
+    await start_run(client, key, "text:50")
+    frames = await asyncio.wait_for(stream, 15)
+    events = events_of(frames)
+    assert events[-1]["type"] == "run.completed"
+    assert sum(e["type"] == "message.delta" for e in events) == 50
+
+
+def _one_terminal(events: list[dict[str, Any]]) -> dict[str, Any]:
+    ends = [e for e in events if e["type"] in TERMINALS]
+    assert len(ends) == 1, [e["type"] for e in events]
+    return ends[0]
+
+
+async def test_upstream_sending_50_mb_without_a_newline(start_gateway: StartGateway) -> None:
+    async with serve_upstream() as upstream:
+        gw = await _gateway(start_gateway, upstream)
+        async with gw.client() as client:
+            await start_run(client, "flooded", "x", provider="flood")
+            await _healthy_conversation(client, "other")
+            state = await _finished(client, "flooded")
+            (run,) = state["agentState"]["runs"].values()
+            assert run["status"] == "failed"
+            assert run["error"]["code"] == "upstream_event_too_large"
+            for _ in range(100):  # the gateway hung up on the upstream
+                if upstream.open_connections == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert upstream.open_connections == 0
+    # It stopped reading soon after the 4 MiB event limit, far from the 50 MB sent.
+    assert upstream.flood_sent < 20 * 1024 * 1024, upstream.flood_sent
+
+
+async def test_upstream_that_never_answers(start_gateway: StartGateway) -> None:
+    async with serve_upstream() as upstream:
+        gw = await _gateway(start_gateway, upstream)
+        async with gw.client() as client:
+            await start_run(client, "mute", "x", provider="silent")
+            await _healthy_conversation(client, "other")
+            state = await _finished(client, "mute")
+            (run,) = state["agentState"]["runs"].values()
+            assert run["status"] == "failed"
+            assert run["error"]["code"] == "upstream_idle_timeout"
+            # Aborting a run stuck on a silent upstream ends it at once and hangs up.
+            await start_run(client, "mute2", "x", provider="silent")
+            for _ in range(100):
+                if upstream.open_connections:
+                    break
+                await asyncio.sleep(0.01)
+            upstream.disconnected.clear()
+            aborted = await client.post("/v1/conversations/mute2/abort", json={})
+            assert aborted.status_code == 202
+            await asyncio.wait_for(upstream.disconnected.wait(), 2)
+            state = await _finished(client, "mute2", within=2)
+            (run,) = state["agentState"]["runs"].values()
+            assert run["status"] == "cancelled"
+            assert _one_terminal(await _log(client, "mute2"))["type"] == "run.cancelled"
+
+
+async def _slow_loris(port: int, path: str, declared: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    )
+    await loop.sock_sendall(sock, head.encode() + b'{"input": {"prompt": "')
+    return sock
+
+
+async def test_slow_loris_bodies_do_not_block_others(start_gateway: StartGateway) -> None:
+    gw = await _gateway(start_gateway)
+    loop = asyncio.get_running_loop()
+    lorises = [
+        await _slow_loris(gw.port, f"/v1/conversations/loris{i}/runs", 100_000) for i in range(40)
+    ]
+    try:
+        async with gw.client() as client:
+            for round_ in range(3):  # trickle a byte into each, then check others are served
+                for sock in lorises:
+                    await loop.sock_sendall(sock, b"a")
+                await _healthy_conversation(client, f"other{round_}")
+            # A loris whose trickle passes max_body_bytes is refused with 413 (counted while
+            # reading, whatever Content-Length said).
+            small = await _gateway(start_gateway, max_body_bytes=64)
+            liar = await _slow_loris(small.port, "/v1/conversations/x/runs", 10)
+            await loop.sock_sendall(liar, b"b" * 100)
+            answer = await asyncio.wait_for(loop.sock_recv(liar, 4096), 5)
+            liar.close()
+            assert answer.startswith(b"HTTP/1.1 4"), answer[:80]
+        # Nothing was accepted from the unfinished bodies.
+        assert gw.gateway.runs.active_count() == 0
+    finally:
+        for sock in lorises:
+            sock.close()
+
+
+def _raw_get(port: int, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".encode())
+    sock.settimeout(5)
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    return sock
+
+
+async def test_half_closed_and_vanished_sse_clients_free_their_slots(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await _gateway(start_gateway, heartbeat_seconds=0.2)
+    path = "/v1/conversations/shared/events"
+    half_closed = [await asyncio.to_thread(_raw_get, gw.port, path) for _ in range(10)]
+    vanished = [await asyncio.to_thread(_raw_get, gw.port, path) for _ in range(10)]
+    counters = gw.gateway.runs.limits.subscribers
+    assert sum(counters.by_conversation.values()) == 20
+    for sock in half_closed:
+        sock.shutdown(socket.SHUT_WR)  # FIN: the client will send nothing more
+    for sock in vanished:  # RST, like a client killed mid-stream
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    async with gw.client() as client:
+        await _healthy_conversation(client, "shared")
+        for _ in range(200):
+            if sum(counters.by_conversation.values()) <= len(half_closed):
+                break
+            await asyncio.sleep(0.05)
+        # The vanished ones are gone; the half-closed ones are either still served (they may
+        # still read, HTTP allows a half-close) or gone — never more than were opened.
+        assert sum(counters.by_conversation.values()) <= len(half_closed)
+    for sock in half_closed:
+        sock.close()
+    for _ in range(200):
+        if not counters.by_conversation:
+            break
+        await asyncio.sleep(0.05)
+    assert not counters.by_conversation and not counters.by_principal
+
+
+async def test_client_that_never_reads_is_dropped_and_nothing_is_lost(
+    start_gateway: StartGateway,
+) -> None:
+    settings = make_settings(gateway={"send_timeout_seconds": 0.5, "heartbeat_seconds": 30})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    path = "/v1/conversations/big/events"
+    stalled = [
+        await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n") for _ in range(5)
+    ]
+    try:
+        async with gw.client() as client:
+            healthy = asyncio.create_task(collect_sse(client, path, stop=terminal))
+            await asyncio.sleep(0.1)
+            await start_run(client, "big", "text:300:2000")
+            frames = await asyncio.wait_for(healthy, 20)
+            got = events_of(frames)
+            assert got[-1]["type"] == "run.completed"
+            logged = await _log(client, "big")
+            assert [e["eventId"] for e in got] == [e["eventId"] for e in logged]
+            await _healthy_conversation(client, "other")
+            await asyncio.sleep(1.5)  # past send_timeout_seconds, still not reading
+            dropped = [await drained_to_eof(sock, 10.0) for sock in stalled]
+            assert all(dropped), "a stalled subscriber was not dropped"
+        counters = gw.gateway.runs.limits.subscribers
+        for _ in range(100):
+            if not counters.by_conversation:
+                break
+            await asyncio.sleep(0.05)
+        assert not counters.by_conversation
+    finally:
+        for sock in stalled:
+            sock.close()
