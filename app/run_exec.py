@@ -213,6 +213,7 @@ async def _execute_run(
     meta.last_provider = request.provider
     meta.last_input = run_input
     meta.last_run_id = active.run_id
+    meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
     await backend.save_meta(ref, meta)
     try:
         await run_agent_provider(provider, run_input, options, on_event)
@@ -228,4 +229,8 @@ async def _execute_run(
             await tracker.finish(
                 active.run_id, lambda: backend.snapshot(ref), cancelled=active.signal.aborted
             )
+        current = await backend.get_meta(ref)
+        if current is not None:  # a title set (PATCH) while the run ran stays
+            meta.title = current.title
+        meta.updated_at = time.time() * 1000
         await backend.save_meta(ref, meta)

@@ -7,6 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path, Query
 from fastapi.responses import Response
 
+from app.conversation_list import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    ConversationList,
+    ConversationSummary,
+    conversation_item,
+    list_page,
+)
 from app.errors import ApiError
 from app.http import GatewayDep, GatewayRoute, Principal, Ref
 from app.idempotency import idempotent
@@ -63,19 +71,20 @@ async def _accept(
 
     if stream:
         gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
-        submission = await submit()
-        spec = Follow(start=submission.body["cursor"], until_run=submission.request.run_id)
-        return sse_response(gateway, ref, spec)
     if idempotency_key is None:
-        return JSON((await submit()).body, status_code=202)
+        answer = (await submit()).body
+    else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
 
-    async def produce() -> dict[str, Any]:
-        return (await submit()).body
+        async def produce() -> dict[str, Any]:
+            return (await submit()).body
 
-    route = "reload" if reload else "runs"
-    answer = await idempotent(
-        gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
-    )
+        route = "reload" if reload else "runs"
+        answer = await idempotent(
+            gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
+        )
+    if stream:
+        spec = Follow(start=answer["cursor"], until_run=answer["runId"])
+        return sse_response(gateway, ref, spec)
     return JSON(answer, status_code=202)
 
 
@@ -153,27 +162,24 @@ async def delete_conversation(gateway: GatewayDep, ref: Ref) -> Response:
     return Response(status_code=204)
 
 
-@router.get("", responses=ERRORS, summary="The caller's conversations, newest first")
-async def list_conversations(gateway: GatewayDep, principal: Principal) -> Response:
-    items = await gateway.backend.list_conversations(principal)
-    items.sort(key=lambda item: item[1].updated_at, reverse=True)
-    return JSON(
-        {
-            "conversations": [
-                {
-                    "conversationKey": key,
-                    "title": meta.title,
-                    "createdAt": meta.created_at,
-                    "updatedAt": meta.updated_at,
-                }
-                for key, meta in items
-            ]
-        }
-    )
+@router.get(
+    "",
+    response_model=ConversationList,
+    responses=ERRORS,
+    summary="The caller's conversations, newest first (cursor pagination)",
+)
+async def list_conversations(
+    gateway: GatewayDep,
+    principal: Principal,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(description="nextCursor of the previous page")] = None,
+) -> Response:
+    return JSON(await list_page(gateway.backend, principal, cursor, limit))
 
 
 @router.patch(
     "/{conversationKey}",
+    response_model=ConversationSummary,
     responses=ERRORS,
     summary="Set the conversation's title",
 )
@@ -181,16 +187,9 @@ async def patch_conversation(gateway: GatewayDep, ref: Ref, body: ConversationPa
     meta = await gateway.backend.get_meta(ref)
     if meta is None:
         raise ApiError(404, "conversation_not_found", "No such conversation.")
-    meta.title = body.title
+    meta.title = body.title  # kept in the meta beside the snapshot: no event is appended
     await gateway.backend.save_meta(ref, meta)
-    return JSON(
-        {
-            "conversationKey": ref.key,
-            "title": meta.title,
-            "createdAt": meta.created_at,
-            "updatedAt": meta.updated_at,
-        }
-    )
+    return JSON(await conversation_item(gateway.backend, ref, meta))
 
 
 @router.get(

@@ -12,6 +12,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in {
         401: "unauthorized",
+        403: "not_a_service (X-Act-As from a token that is not a service)",
         404: "not found (conversation_not_found, unknown_provider, …)",
         409: "conflict (run_in_progress, …)",
         413: "payload_too_large",

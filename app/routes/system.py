@@ -27,7 +27,7 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Readiness: the backend is reachable",
-    responses={401: ERRORS[401], 503: ERRORS[503]},
+    responses={401: ERRORS[401], 403: ERRORS[403], 503: ERRORS[503]},
 )
 async def readyz(gateway: GatewayDep, _principal: Principal) -> Response:  # auth: http-api.md
     if gateway.runs.shutting_down:
@@ -41,7 +41,12 @@ async def readyz(gateway: GatewayDep, _principal: Principal) -> Response:  # aut
     return JSON({"status": "ok"})
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={401: ERRORS[401], 403: ERRORS[403]},
+)
 async def metrics(gateway: GatewayDep, _principal: Principal) -> Response:
     return Response(gateway.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 

@@ -131,6 +131,18 @@ async def test_keys_expire_after_the_ttl(gw: RunningGateway) -> None:
         assert later.json()["runId"] != first.json()["runId"]
 
 
+async def test_streamed_retry_follows_the_first_run(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        body = {"input": {"prompt": "text:2"}}
+        first = await client.post(RUNS, json=body, headers=idem("s1"))
+        run_id = first.json()["runId"]
+        streamed = await client.post(RUNS + "?stream=true", json=body, headers=idem("s1"))
+        assert streamed.status_code == 200
+        assert f'"runId":"{run_id}"' in streamed.text and "run.completed" in streamed.text
+        state = await idle(client)
+        assert list(state["agentState"]["runs"]) == [run_id]
+
+
 async def test_command_with_a_key_is_answered_once(gw: RunningGateway) -> None:
     async with gw.client() as client:
         await client.post(RUNS, json={"input": {"prompt": "approval:a1"}})

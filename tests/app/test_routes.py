@@ -302,7 +302,8 @@ async def test_bearer_auth_and_principal_isolation(start_gateway: StartGateway) 
         assert error_of(hidden)["code"] == "conversation_not_found"
         abort = await client.post(f"/v1/conversations/{KEY}/abort", headers=bob)
         assert abort.json() == {"aborted": False}
-        assert (await client.get("/v1/conversations", headers=bob)).json() == {"conversations": []}
+        listing = (await client.get("/v1/conversations", headers=bob)).json()
+        assert listing == {"conversations": [], "nextCursor": None}
         mine = await client.post(f"/v1/conversations/{KEY}/abort", headers=alice)
         assert mine.status_code == 202
 
