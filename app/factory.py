@@ -19,6 +19,7 @@ from app.logs import RequestContextMiddleware, collect_secrets, register_secrets
 from app.responses import JSON
 from app.routes import commands, conversations, events, system, ws
 from app.sse import TRANSPORT_EXTENSION
+from app.webhooks_doc import document_webhooks
 from providers.contract import AgentProvider
 
 __all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]
@@ -70,6 +71,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    document_webhooks(app)  # OpenAPI only: what [webhooks] url receives (app/webhooks_doc.py)
     install_error_handlers(app)
     if settings.gateway.cors_origins:
         app.add_middleware(

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.cli_gateway import openapi_document
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import wait_state
@@ -199,3 +200,18 @@ async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None
             assert state["agentState"]["runs"][run_id]["status"] == "completed"
         other = await cb.post(RUNS, json={"input": {"prompt": "x"}}, headers=idem("storm-1"))
         assert code(other) == (409, "idempotency_key_reused")
+
+
+def test_idempotency_key_is_in_the_openapi_document() -> None:
+    paths = openapi_document()["paths"]
+    base = "/v1/conversations/{conversationKey}"
+    for path in (
+        f"{base}/runs",
+        f"{base}/reload",
+        f"{base}/approvals/{{approvalId}}",
+        f"{base}/tools/{{toolCallId}}/result",
+        f"{base}/tools/{{toolCallId}}/retry",
+    ):
+        names = {p["name"] for p in paths[path]["post"]["parameters"]}
+        assert {"Idempotency-Key", "X-Act-As"} <= names, path
+        assert "409" in paths[path]["post"]["responses"], path

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from app.cli_gateway import openapi_document
 from app.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -25,6 +26,7 @@ from app.webhooks import (
     sign_payload,
     verify_signature,
 )
+from app.webhooks_doc import WebhookPayload
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
@@ -126,6 +128,8 @@ async def test_receiver_gets_exactly_the_configured_events_signed(
             assert verify_signature(SECRET, headers[SIGNATURE_HEADER.lower()], body)
             assert headers["content-type"] == "application/json"
             assert SECRET not in body.decode() and SECRET not in str(headers)
+        for hook in receiver.acknowledged:  # the documented payload (OpenAPI webhooks)
+            WebhookPayload.model_validate(hook, strict=True)
         by_run = {hook["run"]["runId"]: hook for hook in receiver.acknowledged}
         assert set(by_run) == {done["runId"], cancelled["runId"]}
         completed, ended = by_run[done["runId"]], by_run[cancelled["runId"]]
@@ -218,3 +222,15 @@ async def test_slow_receiver_never_delays_the_run(
             assert elapsed < delay / 2, elapsed
             assert not receiver.acknowledged  # the first delivery is still being answered
             await receiver.wait_acknowledged(4, within=3 * delay)
+
+
+def test_webhooks_are_in_the_openapi_document() -> None:
+    document = openapi_document()
+    assert set(document["webhooks"]) == {"run.completed", "run.failed", "run.cancelled"}
+    post = document["webhooks"]["run.completed"]["post"]
+    headers = {p["name"] for p in post["parameters"] if p["in"] == "header"}
+    assert headers == {SIGNATURE_HEADER, DELIVERY_HEADER, EVENT_HEADER}
+    body = post["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/WebhookPayload"}
+    payload = document["components"]["schemas"]["WebhookPayload"]
+    assert set(payload["required"]) >= {"id", "type", "principal", "conversationKey", "run"}
