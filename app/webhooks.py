@@ -167,6 +167,7 @@ class WebhookDispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.deliveries.labels("unknown", "failed").inc()
                 logger.exception("webhook for run %s could not be prepared", ended.run_id)
             finally:
                 self._queue.task_done()
@@ -187,8 +188,20 @@ class WebhookDispatcher:
         }
         return event, orjson.dumps(body)
 
+    async def _prepare(self, ended: _Ended) -> tuple[str, bytes] | None:
+        """The payload; reading the run is retried like a delivery (the backend may be down)."""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return await self._payload(ended)
+            except Exception as exc:
+                if attempt == self.max_attempts:
+                    raise
+                logger.info("run %s not readable for its webhook: %r", ended.run_id, exc)
+                await asyncio.sleep(self._backoff(attempt))
+        return None
+
     async def _deliver_end(self, ended: _Ended) -> None:
-        prepared = await self._payload(ended)
+        prepared = await self._prepare(ended)
         if prepared is None:
             return
         event, body = prepared

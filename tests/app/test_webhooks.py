@@ -234,3 +234,27 @@ def test_webhooks_are_in_the_openapi_document() -> None:
     assert body == {"$ref": "#/components/schemas/WebhookPayload"}
     payload = document["components"]["schemas"]["WebhookPayload"]
     assert set(payload["required"]) >= {"id", "type", "principal", "conversationKey", "run"}
+
+
+class _FlakySnapshots:
+    """A backend whose first ``failures`` snapshot reads raise (a Redis outage)."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self.inner, self.failures = inner, failures
+
+    async def snapshot(self, ref: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("backend down")
+        return await self.inner.snapshot(ref)
+
+
+async def test_run_read_is_retried_when_the_backend_is_down(start_gateway: StartGateway) -> None:
+    async with serve_receiver(Receiver()) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        dispatcher = gw.gateway.webhooks
+        dispatcher.backend = _FlakySnapshots(dispatcher.backend, 2)  # type: ignore[assignment]
+        async with gw.client() as client:
+            run = await start_run(client, "c1", "text:1")
+            await receiver.wait_acknowledged(1)
+        assert receiver.acknowledged[0]["run"]["runId"] == run["runId"]
