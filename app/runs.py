@@ -172,13 +172,17 @@ class RunManager:
             elif policy == "reject":
                 raise ApiError(409, "run_in_progress", "A run is already in progress.")
             elif policy == "enqueue":
-                if len(slot.queue) >= self.settings.gateway.enqueue_max:
+                limit = self.settings.gateway.enqueue_max  # here and, cluster-wide, in the backend
+                if len(slot.queue) >= limit or not await self.backend.enqueue_run(
+                    ref, request.run_id, limit=limit
+                ):
                     raise ApiError(
                         429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
                     )
                 slot.queue.append(request)
                 status = "queued"
             else:  # interrupt: the new run goes next, the active one is cancelled
+                await self.backend.enqueue_run(ref, request.run_id, limit=None, front=True)
                 slot.queue.appendleft(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
@@ -205,8 +209,8 @@ class RunManager:
                     active = ActiveRun(request.run_id)
                 slot.current = active
                 try:
-                    while not preclaimed and not await self.backend.claim_run(ref, active):  # noqa: ASYNC110
-                        await asyncio.sleep(0.05)  # another instance still holds the slot
+                    if not preclaimed and not await self._claim_in_turn(ref, active):
+                        continue  # dropped from the queue elsewhere (abort, delete)
                     try:
                         await execute_run(
                             self.backend,
@@ -222,6 +226,8 @@ class RunManager:
                         await self.backend.release_run(ref, request.run_id)
                 except Exception:
                     logger.exception("run %s could not be executed", request.run_id)
+                    with contextlib.suppress(Exception):  # never block the runs queued after it
+                        await self.backend.drop_run(ref, request.run_id)
                 finally:
                     slot.current = None
                     request.done.set()
@@ -241,20 +247,30 @@ class RunManager:
             except Exception:
                 logger.exception("a run listener failed for run %s", run_id)
 
+    async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
+        """Wait for the run slot: the active run and the runs queued before this one go first
+        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile."""
+        while not await self.backend.claim_run(ref, active):
+            if self.backend.run_dropped(ref, active.run_id):
+                return False
+            await asyncio.sleep(0.05)  # another run (maybe on another instance) goes first
+        return True
+
     # --- abort ---------------------------------------------------------------------------
     async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
-        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue."""
-        aborted = await self.backend.request_abort(ref, run_id, "aborted")
-        if aborted is not None or run_id is None:
-            return aborted
+        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue.
+
+        The backend drops a run queued on another instance (its worker then skips it)."""
         slot = self._slots.get(ref)
-        if slot is not None:
+        if slot is not None and run_id is not None:
             for request in list(slot.queue):
                 if request.run_id == run_id:
                     slot.queue.remove(request)
                     request.done.set()
+                    with contextlib.suppress(Exception):  # else its ticket lapses
+                        await self.backend.drop_run(ref, run_id)
                     return run_id
-        return None
+        return await self.backend.request_abort(ref, run_id, "aborted")
 
     async def wait_idle(self, ref: ConversationRef, wait: float) -> None:
         slot = self._slots.get(ref)

@@ -286,6 +286,28 @@ class Backend(ABC):
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         """Deliver ``command`` to the owner of ``run_id``; False when that run is not active."""
 
+    # --- the queue of enqueued runs (multitask "enqueue" / "interrupt") ----------------------
+    # One instance (memory): the RunManager's own per-conversation queue is the whole queue, so
+    # these defaults do nothing. Several instances (Redis): the queue is kept in the backend,
+    # so runs start in arrival order cluster-wide and the bound counts every instance's runs.
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+    ) -> bool:
+        """Queue ``run_id`` (last, or first for ``front``); False when ``limit`` runs wait.
+
+        Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
+        was not queued.
+        """
+        return True
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        """Remove a queued run (aborted before it started); True when it was queued."""
+        return False
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        """True when this instance's queued ``run_id`` was removed elsewhere (abort, delete)."""
+        return False
+
     # --- idempotency ---------------------------------------------------------------------
     @abstractmethod
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None: ...

@@ -10,6 +10,8 @@
   with ``run.failed`` ``gateway_instance_lost`` (:mod:`.reaper`).
 - Reads: one log reader per conversation per instance fans out to local subscribers
   (:mod:`.fanout`).
+- Enqueued runs: a cluster-wide FIFO of tickets orders the claims of the run slot
+  (:mod:`.queue`).
 - Outages: every Redis error becomes ``503 backend_unavailable`` (:mod:`.errors`); the client
   reconnects; readers resume from the last id they saw.
 """
@@ -67,6 +69,7 @@ from app.backends.redis.keys import (
 )
 from app.backends.redis.owner import OwnedRun
 from app.backends.redis.ownership import LeaseKeeper, Ownership, Token
+from app.backends.redis.queue import RunQueue, TicketKeeper
 from app.backends.redis.reaper import Reaper
 from app.backends.redis.scripts import CREATE, SAVE_META
 from app.backends.redis.state import ConversationState, StateCache
@@ -115,6 +118,10 @@ class RedisBackend(Backend):
         self.log = EventLog(redis, event_log_max_len)
         self.ownership = Ownership(redis, self.instance_id, self.lease_ttl_ms)
         self.control = Control(redis)
+        self.queue = RunQueue(redis, self.instance_id, self.lease_ttl_ms)
+        self.tickets = TicketKeeper(self.queue)
+        #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete).
+        self._dropped: set[tuple[str, str]] = set()
         self.bus = ControlBus(redis)
         self.states = StateCache(redis, self.log, replica_cache)
         self.reaper = Reaper(
@@ -158,6 +165,7 @@ class RedisBackend(Backend):
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         await self.bus.start()
+        self.tickets.start()
         interval = max(0.25, self.lease_ttl_ms / 2000)
         self._sweeper = asyncio.create_task(
             self.reaper.sweep_forever(interval), name="redis-lost-owners"
@@ -173,6 +181,7 @@ class RedisBackend(Backend):
         for owned in list(self._owned.values()):
             await owned.stop()
         self._owned.clear()
+        await self.tickets.stop()
         await self.hub.close()
         await self.bus.stop()
         for task in list(self._bg):
@@ -220,6 +229,10 @@ class RedisBackend(Backend):
                 pipe.hdel(principal_index_key(ref.principal, self.prefix), ref.key)
                 existed, _, _ = await pipe.execute()
         self.states.forget(keys.tag)
+        entry = self.tickets.tickets.get(keys.tag)
+        if entry is not None:  # our queued runs of it will not start
+            self._dropped.update((keys.tag, run_id) for run_id in entry[1])
+            self.tickets.forget(keys)
         owned = self._owned.get(keys.tag)
         if owned is not None:  # its run record is gone: it can no longer append
             owned.fenced = True
@@ -461,14 +474,22 @@ class RedisBackend(Backend):
 
     async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
         keys = self.keys(ref)
+        run_id = control.run_id
+        ticketed = self.tickets.has(keys, run_id)
         with unavailable():
-            claim = await self.ownership.claim(keys, control.run_id)
+            # ownership.claim, ordered by the queue: a queued run only when it is first, a
+            # run that was not queued only when nobody waits.
+            claim = await self.queue.claim(keys, run_id, ticketed)
             if claim.status == "lost":
-                await self.reaper.reap(keys, claim.token)
-                claim = await self.ownership.claim(keys, control.run_id)
+                await self.reaper.reap(keys, Token(claim.holder))
+                claim = await self.queue.claim(keys, run_id, ticketed)
+            if claim.status == "gone":
+                self.tickets.discard(keys, run_id)
+                self._dropped.add((keys.tag, run_id))
             if claim.status != "ok":
                 return False
-            token = claim.token
+            self.tickets.discard(keys, run_id)
+            token = Token(claim.holder)
             try:
                 await self.ownership.mark(keys)
                 inc = await self.redis.hget(keys.meta, "inc")
@@ -550,9 +571,36 @@ class RedisBackend(Backend):
             owned.control.abort(reason)  # ours: no round trip needed to reach the run
             return owned.token.run_id
         with unavailable():
-            if await self._holder(keys) is None:
-                return None
-            return await self.control.abort(keys, run_id, reason)
+            aborted = None
+            if await self._holder(keys) is not None:
+                aborted = await self.control.abort(keys, run_id, reason)
+            if aborted is None and run_id is not None and await self.queue.drop(keys, run_id):
+                self.tickets.discard(keys, run_id)  # a queued run (of any instance): dropped
+                return run_id
+            return aborted
+
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+    ) -> bool:
+        keys = self.keys(ref)
+        with unavailable():
+            queued = await self.queue.enqueue(keys, run_id, limit, front)
+        if queued:
+            self.tickets.add(keys, run_id)
+        return queued
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        keys = self.keys(ref)
+        self.tickets.discard(keys, run_id)  # no longer renewed: it lapses if Redis is down
+        with unavailable():
+            return await self.queue.drop(keys, run_id)
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        item = (self.keys(ref).tag, run_id)
+        if item in self._dropped:
+            self._dropped.discard(item)
+            return True
+        return False
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         keys = self.keys(ref)

@@ -19,6 +19,8 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:cmd     list     commands for the owner (RPUSH here, LPOP there)
     P:{T}:inflight set     targets (approval / tool call ids) with a command in flight
     P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
+    P:{T}:queue   zset     enqueued runs waiting for the slot, in arrival order (``queue.py``)
+    P:{T}:qlive   hash     run id -> liveness deadline (ms, Redis time) of each queued run
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
 whose hash is ``H``) and ``P:idem:{H}`` (idempotency records, by hash of their scope).
@@ -99,6 +101,14 @@ class ConversationKeys:
     def ctl(self) -> str:
         return self._k("ctl")
 
+    @property
+    def queue(self) -> str:
+        return self._k("queue")
+
+    @property
+    def qlive(self) -> str:
+        return self._k("qlive")
+
     def all_keys(self) -> tuple[str, ...]:
         """Every data key (not the channel): what a DELETE removes."""
         return (
@@ -111,6 +121,8 @@ class ConversationKeys:
             self.abort,
             self.cmd,
             self.inflight,
+            self.queue,
+            self.qlive,
         )
 
 

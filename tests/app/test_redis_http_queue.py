@@ -1,0 +1,109 @@
+"""``multitask: "enqueue"`` across instances: one FIFO and one bound per conversation, cluster-wide.
+
+Two gateways (A and B, in-process, one Redis key prefix) accept runs of one conversation in
+turn; the runs start in the order they were accepted, whichever instance accepted them, and the
+bound ``enqueue_max`` counts the runs waiting on every instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import orjson
+
+from app.backends import ConversationRef
+from app.backends.redis import RedisBackend
+from app.backends.redis.queue import RunQueue
+from tests.app.conftest import StartGateway
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import collect_sse, start_run
+from tests.app.redis_http import redis_start_gateway
+from tests.app.scripted_provider import ScriptedProvider
+
+__all__ = ["redis_start_gateway"]
+
+KEY = "fifo"
+RUNS = f"/v1/conversations/{KEY}/runs"
+EVENTS = f"/v1/conversations/{KEY}/events"
+
+
+async def _pair(start_gateway: StartGateway, **gateway: Any) -> list[RunningGateway]:
+    settings = make_settings(gateway={"heartbeat_seconds": 1, **gateway})
+    return [await start_gateway(settings, providers={"demo": ScriptedProvider()}) for _ in "AB"]
+
+
+async def _started_runs(client: httpx.AsyncClient, count: int) -> list[str]:
+    """The run ids of the first ``count`` run.started events of the conversation, in log order."""
+    started: list[str] = []
+
+    def enough(frames: list[Any]) -> bool:
+        last = frames[-1]
+        if last.event == "message" and orjson.loads(last.data)["type"] == "run.started":
+            started.append(orjson.loads(last.data)["runId"])
+        return len(started) >= count
+
+    await collect_sse(client, EVENTS, params={"since": "0"}, stop=enough)
+    return started
+
+
+def _backend(gw: RunningGateway) -> RedisBackend:
+    inner = gw.gateway.backend.inner  # type: ignore[attr-defined]
+    assert isinstance(inner, RedisBackend)
+    return inner
+
+
+async def test_enqueued_runs_start_in_arrival_order_across_instances_and_share_one_bound(
+    start_gateway: StartGateway,
+) -> None:
+    a, b = await _pair(start_gateway, enqueue_max=4)
+    async with a.client() as ca, b.client() as cb:
+        first = await start_run(ca, KEY, "text:1 sleep:0.5")
+        queued = []
+        for client in (cb, ca, cb, ca):  # alternate instances
+            answer = await start_run(client, KEY, "text:1", multitask="enqueue")
+            assert answer["status"] == "queued"
+            queued.append(answer["runId"])
+        # 4 runs wait in all (2 per instance): the bound is cluster-wide.
+        full = await cb.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "enqueue"})
+        assert full.status_code == 429 and full.json()["error"]["code"] == "queue_full"
+        # While runs wait, a run that was not queued does not jump the queue.
+        rejected = await cb.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
+        assert rejected.status_code == 409
+        assert await _started_runs(cb, 5) == [first["runId"], *queued]
+
+
+async def test_a_queued_run_aborted_on_another_instance_never_starts(
+    start_gateway: StartGateway,
+) -> None:
+    a, b = await _pair(start_gateway)
+    async with a.client() as ca, b.client() as cb:
+        first = await start_run(ca, KEY, "text:1 sleep:0.4")
+        dropped = await start_run(ca, KEY, "text:1", multitask="enqueue")
+        last = await start_run(cb, KEY, "text:1", multitask="enqueue")
+        answer = await cb.post(
+            f"/v1/conversations/{KEY}/abort", json={"runId": dropped["runId"]}
+        )  # queued on A, aborted through B
+        assert answer.status_code == 202 and answer.json()["runId"] == dropped["runId"]
+        assert await _started_runs(ca, 2) == [first["runId"], last["runId"]]
+        await asyncio.sleep(0.2)  # A's worker has skipped the dropped run by now
+        state = (await ca.get(f"/v1/conversations/{KEY}/state")).json()
+        assert dropped["runId"] not in state["agentState"]["runs"]
+        assert a.gateway.runs.active_count() == 0
+
+
+async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway) -> None:
+    (a, _) = await _pair(start_gateway)
+    backend = _backend(a)
+    keys = backend.keys(ConversationRef("anonymous", KEY))
+    async with a.client() as ca:
+        await start_run(ca, KEY, "text:1")  # the conversation exists and is idle again
+        await _started_runs(ca, 1)
+        ghost = RunQueue(backend.redis, "ghost", ttl_ms=400)  # an instance that never renews
+        assert await ghost.enqueue(keys, "run_ghost", None, front=False)
+        waiting = await ca.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
+        assert waiting.status_code == 409  # the ghost's run is first in line
+        await asyncio.sleep(0.5)
+        answer = await start_run(ca, KEY, "text:1", multitask="reject")
+        assert answer["status"] == "started"
