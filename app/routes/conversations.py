@@ -71,7 +71,7 @@ async def _accept(
 
     if stream:
         gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
-    if idempotency_key is None:
+    if not idempotency_key:  # an empty header is no key (never a derived one)
         answer = (await submit()).body
     else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
 

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
 
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
@@ -145,3 +147,25 @@ async def test_a_normal_token_never_reaches_another_principals_run(gw: RunningGa
         mine = await bob.post(f"{base}/runs", json=body, headers={"Idempotency-Key": "k"})
         assert mine.status_code == 202 and mine.json()["runId"] != run_id
         assert mine.json()["sessionId"] != first.json()["sessionId"]
+
+
+async def test_act_as_over_websocket(gw: RunningGateway) -> None:
+    async with gw.client(headers=auth(ALICE)) as alice:
+        run = await start_run(alice, KEY, "sleep:10")
+        await wait_state(alice, KEY, lambda s: s["isRequesting"])
+    url = f"{gw.ws_url}/v1/conversations/{KEY}/ws"
+    async with websockets.connect(url, additional_headers=auth(OPS, "alice")) as ws:
+        first = orjson.loads(await ws.recv())
+        assert first["type"] == "snapshot" and first["activeRunId"] == run["runId"]
+        await ws.send(orjson.dumps({"op": "abort"}).decode())
+        seen: list[dict[str, Any]] = []
+        while not any(f.get("op") == "abort" for f in seen):
+            seen.append(orjson.loads(await ws.recv()))
+        ack = next(f for f in seen if f.get("op") == "abort")
+        assert ack["type"] == "ack" and ack["aborted"] is True
+    async with websockets.connect(url, additional_headers=auth(BOB, "alice")) as ws:
+        refused = orjson.loads(await ws.recv())
+        assert (refused["type"], refused["code"]) == ("error", "not_a_service")
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008

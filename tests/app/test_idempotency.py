@@ -81,6 +81,18 @@ async def test_same_key_other_body_route_or_conversation_is_409(gw: RunningGatew
         assert list(state["agentState"]["runs"]) == [first.json()["runId"]]
 
 
+async def test_without_a_key_every_request_is_a_new_run(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        body = {"input": {"prompt": "text:1"}}
+        ids = []
+        for headers in ({}, {"Idempotency-Key": ""}, {"Idempotency-Key": ""}):
+            answer = await client.post(RUNS, json=body, headers=headers)
+            assert answer.status_code == 202
+            ids.append(answer.json()["runId"])
+            await idle(client)
+        assert len(set(ids)) == 3
+
+
 async def test_concurrent_retries_on_one_instance_start_one_run(gw: RunningGateway) -> None:
     async with gw.client() as client:
         body = {"input": {"prompt": "text:3"}}
