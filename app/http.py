@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 from fastapi.routing import APIRoute
-from starlette.requests import HTTPConnection
+from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.responses import Response
 
 from app.auth import TokenTable, bearer_token
@@ -43,10 +43,13 @@ class GatewayRoute(APIRoute):
                 if declared is not None and declared.isdigit() and int(declared) > limit:
                     raise _too_large(limit)
                 body = b""
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > limit:
-                        raise _too_large(limit)
+                try:
+                    async for chunk in request.stream():
+                        body += chunk
+                        if len(body) > limit:
+                            raise _too_large(limit)
+                except ClientDisconnect:  # left mid-body (slow loris): nobody reads an answer
+                    return Response(status_code=400)
                 request._body = body  # FastAPI parses the body we already read
                 if body.strip() and not _is_json(request.headers.get("content-type", "")):
                     raise ApiError(
