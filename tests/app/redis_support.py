@@ -271,6 +271,7 @@ def _serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--snapshot-every", type=int, default=200)
     parser.add_argument("--max-len", type=int, default=10000)
     parser.add_argument("--instance", default="")
+    parser.add_argument("--webhook-url", default="")  # completion webhooks (secret: "whsec-test")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend, redis_client
@@ -294,6 +295,7 @@ def _serve(argv: list[str] | None = None) -> None:
             "log_format": "text",
         },
         providers=providers,
+        webhooks={"url": args.webhook_url, "secret": "whsec-test"},
     )
     backend = RedisBackend(
         redis_client(args.redis_url),

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import uvicorn
@@ -30,6 +31,7 @@ from app.webhooks_doc import WebhookPayload
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
+from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 
 SECRET = "whsec-loopback-test"
@@ -258,3 +260,43 @@ async def test_run_read_is_retried_when_the_backend_is_down(start_gateway: Start
             run = await start_run(client, "c1", "text:1")
             await receiver.wait_acknowledged(1)
         assert receiver.acknowledged[0]["run"]["runId"] == run["runId"]
+
+
+async def test_two_instances_deliver_one_webhook_per_run() -> None:
+    """On Redis only the owner of a run delivers its end: one delivery per run, signed."""
+    async with serve_receiver(Receiver()) as receiver:
+        prefix = unique_prefix()
+        async with shared_redis(prefix):
+            a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+            b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+            for process in (a, b):
+                process.args += ["--webhook-url", receiver.url]
+            try:
+                a.start()
+                b.start()
+                await asyncio.gather(a.wait_ready(), b.wait_ready())
+                async with (
+                    httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
+                    httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
+                ):
+                    first = await start_run(ca, "k1", "text:2")
+                    await wait_state(cb, "k1", lambda s: not s["isRequesting"])
+                    second = await start_run(cb, "k1", "text:1")
+                    await wait_state(ca, "k1", lambda s: not s["isRequesting"])
+                    third = await start_run(ca, "k2", "sleep:10")
+                    await wait_state(cb, "k2", lambda s: s["isRequesting"])
+                    assert (await cb.post("/v1/conversations/k2/abort", json={})).status_code == 202
+                    await receiver.wait_acknowledged(3)
+                    await asyncio.sleep(1.0)  # a duplicate from the other instance would be here
+            finally:
+                a.close()
+                b.close()
+    assert len(receiver.attempts) == 3
+    assert all(verify_signature("whsec-test", h[SIGNATURE_HEADER.lower()], body)
+               for h, body in receiver.attempts)  # fmt: skip
+    ends = {hook["run"]["runId"]: hook["type"] for hook in receiver.acknowledged}
+    assert ends == {
+        first["runId"]: "run.completed",
+        second["runId"]: "run.completed",
+        third["runId"]: "run.cancelled",
+    }
