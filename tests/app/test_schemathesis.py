@@ -40,14 +40,18 @@ CHECKS = [
 schema = schemathesis.openapi.from_path(OPENAPI).exclude(path_regex=STREAMING)
 
 
-@pytest.fixture(scope="module")
-def gateway_url() -> Iterator[str]:
+TOKEN = "schema-token"
+PUBLIC = ("/healthz", "/")  # liveness and the demo page (no data)
+
+
+def _serve(auth: dict[str, object]) -> Iterator[str]:
     import uvicorn
 
     app = create_app(
         make_settings(
             limits={"runs_per_minute_per_principal": 1_000_000},
             gateway={"max_body_bytes": 65536},
+            auth=auth,
         )
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -67,6 +71,16 @@ def gateway_url() -> Iterator[str]:
     thread.join(30)
 
 
+@pytest.fixture(scope="module")
+def gateway_url() -> Iterator[str]:
+    yield from _serve({"mode": "none"})
+
+
+@pytest.fixture(scope="module")
+def bearer_gateway_url() -> Iterator[str]:
+    yield from _serve({"mode": "bearer", "tokens": {TOKEN: "alice"}})
+
+
 @schema.parametrize()
 @settings(
     max_examples=15,
@@ -79,3 +93,23 @@ def test_openapi_conformance(case: schemathesis.Case, gateway_url: str) -> None:
         case.query["stream"] = "false"  # the SSE answer is covered by the stream tests
     response = case.call(base_url=gateway_url, timeout=10)
     case.validate_response(response, checks=CHECKS)
+
+
+@schema.parametrize()
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+def test_openapi_conformance_with_bearer_auth(
+    case: schemathesis.Case, bearer_gateway_url: str
+) -> None:
+    """With auth on, every operation documents what it answers, with or without a token."""
+    if case.query and "stream" in case.query:
+        case.query["stream"] = "false"
+    for headers in ({"Authorization": f"Bearer {TOKEN}"}, {"Authorization": "Bearer wrong"}):
+        response = case.call(base_url=bearer_gateway_url, headers=headers, timeout=10)
+        case.validate_response(response, checks=CHECKS)
+        if headers["Authorization"].endswith("wrong") and case.path not in PUBLIC:
+            assert response.status_code >= 400, (case.method, case.path, response.text)
