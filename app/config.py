@@ -70,12 +70,24 @@ class LimitsSection(_Section):
     max_inline_artifact_bytes: int = Field(1048576, ge=1)
 
 
+WebhookEvent = Literal["run.completed", "run.failed", "run.cancelled"]
+
+
+def _all_webhook_events() -> list[WebhookEvent]:
+    return ["run.completed", "run.failed", "run.cancelled"]
+
+
 class WebhooksSection(_Section):
     url: str = ""
     secret: str = "${WEBHOOK_SECRET}"
-    events: list[str] = Field(
-        default_factory=lambda: ["run.completed", "run.failed", "run.cancelled"]
-    )
+    events: list[WebhookEvent] = Field(default_factory=_all_webhook_events)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (or empty: off)")
+        return url
 
     @model_validator(mode="after")
     def _expand_secret(self) -> WebhooksSection:

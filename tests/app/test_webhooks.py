@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.cli_gateway import openapi_document
+from app.config import ConfigError, load_settings
 from app.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -300,3 +301,21 @@ async def test_two_instances_deliver_one_webhook_per_run() -> None:
         second["runId"]: "run.completed",
         third["runId"]: "run.cancelled",
     }
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('url = "ftp://x"\nsecret = "s"', "webhooks.url"),
+        ('url = "http://x"\nsecret = "s"\nevents = ["run.complete"]', "webhooks.events"),
+        ('url = "http://x"\nsecret = "${AGW_TEST_UNSET_SECRET}"', "webhooks"),
+    ],
+)
+def test_webhook_config_is_checked_at_start(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, table: str, key: str
+) -> None:
+    monkeypatch.delenv("AGW_TEST_UNSET_SECRET", raising=False)
+    path = tmp_path / "gateway.toml"
+    path.write_text(f"[webhooks]\n{table}\n")
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(path)
