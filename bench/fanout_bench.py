@@ -49,12 +49,10 @@ class Round:
         self.cpu_us_per_delivery = self.cpu_s / max(1, self.delivered) * 1e6
 
 
-async def _subscribe(
-    port: int, paths: list[str]
-) -> tuple[list[asyncio.Future[StreamResult]], bool]:
+async def _subscribe(port: int, paths: list[str]) -> tuple[list[asyncio.Task[StreamResult]], bool]:
     connected = [asyncio.Event() for _ in paths]
     readers = [
-        asyncio.ensure_future(read_stream(port, "GET", path, connected=event))
+        asyncio.create_task(read_stream(port, "GET", path, connected=event))
         for path, event in zip(paths, connected, strict=True)
     ]
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def report(series: dict[str, Series], chunks: int, rounds: int, label: str) -> f
 
 
 @contextlib.contextmanager
-def stack(backend: str) -> object:
+def stack(backend: str) -> Iterator[tuple[procs.Server, procs.Server]]:
     with contextlib.ExitStack() as exits:
         upstream = procs.start_server("upstream")
         exits.callback(upstream.stop)

@@ -22,6 +22,7 @@ import httpx
 import orjson
 from httpx_sse import EventSource
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -75,18 +76,8 @@ async def relay(request: Request) -> Response:
     return StreamingResponse(
         response.aiter_raw(),
         media_type="text/event-stream",
-        background=_Close(response),
+        background=BackgroundTask(response.aclose),
     )
-
-
-class _Close:
-    """Starlette background task closing the upstream response."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-
-    async def __call__(self) -> None:
-        await self.response.aclose()
 
 
 async def normalize(request: Request) -> Response:

@@ -80,7 +80,7 @@ async def _read_all(reader: asyncio.StreamReader, chunked: bool, length: int | N
         return await reader.readexactly(length)
     if not chunked:
         return await reader.read()
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
         data = await reader.readexactly(size + 2)

@@ -19,13 +19,13 @@ import uvicorn
 
 def build(kind: str, config: str | None) -> Any:
     if kind == "upstream":
-        from bench.harness.mock_upstream import app
+        from bench.harness import mock_upstream
 
-        return app
+        return mock_upstream.app
     if kind == "baseline":
-        from bench.harness.baselines import app
+        from bench.harness import baselines
 
-        return app
+        return baselines.app
     from app.config import load_settings
     from app.factory import create_app
 
