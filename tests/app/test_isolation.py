@@ -8,6 +8,8 @@ does changes Alice's conversation. Then Alice succeeds on every route.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,6 +20,7 @@ import websockets
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
+from tests.app.redis_support import private_redis
 from tests.app.scripted_provider import ScriptedProvider
 
 ALICE, BOB = "tok-alice-7f3a", "tok-bob-91c2"
@@ -71,10 +74,21 @@ async def _call(
     return await client.request(method, f"/v1/conversations/{key}{path}", json=body)
 
 
-@pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
-    settings = make_settings(auth={"mode": "bearer", "tokens": {ALICE: "alice", BOB: "bob"}})
-    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+@pytest.fixture(params=["memory", "redis"])
+async def gw(
+    start_gateway: StartGateway, request: pytest.FixtureRequest
+) -> AsyncIterator[RunningGateway]:
+    """The matrix runs on both backends (Redis: a private redis-server on a free port)."""
+    auth = {"mode": "bearer", "tokens": {ALICE: "alice", BOB: "bob"}}
+    with contextlib.ExitStack() as stack:
+        gateway: dict[str, Any] = {}
+        if request.param == "redis":
+            redis = stack.enter_context(private_redis())
+            gateway = {"backend": "redis", "redis_url": redis.url}
+        settings = make_settings(auth=auth, gateway=gateway)
+        running = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+        yield running
+        await running.stop()  # before its Redis goes away
 
 
 async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningGateway) -> None:
@@ -104,6 +118,26 @@ async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningG
         fresh_ws = await _ws_first(gw, f"?access_token={BOB}", FRESH)
         assert _normalise(other_ws, KEY) == _normalise(fresh_ws, FRESH)
         assert other_ws["type"] == "snapshot" and other_ws["activeRunId"] is None
+
+        # WebSocket ops on the other's key answer like on a never-used key.
+        for key in (KEY, FRESH):
+            url = f"{gw.ws_url}/v1/conversations/{key}/ws?access_token={BOB}"
+            async with websockets.connect(url) as ws:
+                assert orjson.loads(await ws.recv())["type"] == "snapshot"
+                answers = []
+                for op in (
+                    {"op": "abort"},
+                    {"op": "abort", "runId": run_id},
+                    {"op": "approve", "approvalId": "a1", "decision": "approved"},
+                    {"op": "tool_result", "toolCallId": "t1", "result": 1},
+                    {"op": "reload"},
+                ):
+                    await ws.send(orjson.dumps(op).decode())
+                    answers.append(orjson.loads(await ws.recv()))
+            if key == KEY:
+                other_ops = answers
+        assert other_ops == answers
+        assert other_ops[0] == {"type": "ack", "op": "abort", "aborted": False}
 
         # DELETE answers 204 for both and deletes nothing of Alice's; the listing omits it.
         assert (await bob.delete(f"/v1/conversations/{KEY}")).status_code == 204
@@ -149,7 +183,7 @@ async def test_owner_succeeds_on_every_route(gw: RunningGateway) -> None:
         reload = await alice.post(f"/v1/conversations/{KEY}/reload", json={})
         assert reload.status_code == 202, reload.text
         waited = await alice.get(
-            f"/v1/conversations/{KEY}/runs/{reload.json()['runId']}/wait?timeout=5"
+            f"/v1/conversations/{KEY}/runs/{reload.json()['runId']}/wait?timeout=0.2"
         )
         assert waited.status_code == 200
         assert (await alice.delete(f"/v1/conversations/{KEY}")).status_code == 204
