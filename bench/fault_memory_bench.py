@@ -92,7 +92,7 @@ async def _healthy(client: httpx.AsyncClient, key: str) -> bool:
         if answer.status_code != 202:
             return False
         frames = await asyncio.wait_for(stream, 30)
-        return events_of(frames)[-1]["type"] == "run.completed"
+        return bool(events_of(frames)[-1]["type"] == "run.completed")
     except Exception:
         return False
 

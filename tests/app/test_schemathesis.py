@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -88,7 +89,7 @@ def bearer_gateway_url() -> Iterator[str]:
     suppress_health_check=list(HealthCheck),
     database=None,
 )
-def test_openapi_conformance(case: schemathesis.Case, gateway_url: str) -> None:
+def test_openapi_conformance(case: schemathesis.Case[Any], gateway_url: str) -> None:
     if case.query and "stream" in case.query:
         case.query["stream"] = "false"  # the SSE answer is covered by the stream tests
     response = case.call(base_url=gateway_url, timeout=10)
@@ -103,7 +104,7 @@ def test_openapi_conformance(case: schemathesis.Case, gateway_url: str) -> None:
     database=None,
 )
 def test_openapi_conformance_with_bearer_auth(
-    case: schemathesis.Case, bearer_gateway_url: str
+    case: schemathesis.Case[Any], bearer_gateway_url: str
 ) -> None:
     """With auth on, every operation documents what it answers, with or without a token."""
     if case.query and "stream" in case.query:

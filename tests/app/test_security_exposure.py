@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import io
 import logging
 import socket
@@ -158,25 +159,20 @@ def test_token_table_lookup() -> None:
     assert bearer_token("", None) is None
 
 
-def test_token_lookup_compares_every_token() -> None:
+def test_token_lookup_compares_every_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """No early exit: the digest comparison runs once per known token, match or not."""
     calls: list[int] = []
     table = TokenTable({f"tok{i}": f"p{i}" for i in range(5)})
-    import app.auth as auth_module
-
-    real = auth_module.hmac.compare_digest
+    real = hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
         calls.append(1)
-        return real(a, b)
+        return bool(real(a, b))
 
-    auth_module.hmac.compare_digest = counting  # type: ignore[assignment]
-    try:
-        assert table.lookup("tok0") == "p0"
-        first = len(calls)
-        assert table.lookup("nope") is None
-    finally:
-        auth_module.hmac.compare_digest = real
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    assert table.lookup("tok0") == "p0"
+    first = len(calls)
+    assert table.lookup("nope") is None
     assert first == 5 and len(calls) == 10
 
 

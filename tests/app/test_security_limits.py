@@ -260,7 +260,10 @@ async def test_artifact_content_is_capped_with_a_marker(start_gateway: StartGate
 
 
 def test_cap_artifact_keeps_whole_characters_and_other_events() -> None:
-    event = {"type": "artifact.created", "payload": {"artifactId": "a", "content": "é" * 10}}
+    event: dict[str, Any] = {
+        "type": "artifact.created",
+        "payload": {"artifactId": "a", "content": "é" * 10},
+    }
     capped = cap_artifact(event, 5)
     assert capped["payload"]["content"] == "éé"
     assert capped["meta"]["truncated"] == {"field": "content", "originalBytes": 20, "keptBytes": 4}
