@@ -74,8 +74,14 @@ async def _call(
     return await client.request(method, f"/v1/conversations/{key}{path}", json=body)
 
 
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> RunningGateway:
+    settings = make_settings(auth={"mode": "bearer", "tokens": {ALICE: "alice", BOB: "bob"}})
+    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+
+
 @pytest.fixture(params=["memory", "redis"])
-async def gw(
+async def both(
     start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> AsyncIterator[RunningGateway]:
     """The matrix runs on both backends (Redis: a private redis-server on a free port)."""
@@ -91,7 +97,10 @@ async def gw(
         await running.stop()  # before its Redis goes away
 
 
-async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningGateway) -> None:
+async def test_other_principal_sees_a_never_used_key_on_every_route(
+    both: RunningGateway,
+) -> None:
+    gw = both
     async with gw.client(headers=_auth(ALICE)) as alice, gw.client(headers=_auth(BOB)) as bob:
         accepted = await start_run(alice, KEY, "apptool:t1 approval:a1")
         run_id = accepted["runId"]
@@ -159,7 +168,8 @@ async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningG
         assert state["activeRunId"] == run_id
 
 
-async def test_owner_succeeds_on_every_route(gw: RunningGateway) -> None:
+async def test_owner_succeeds_on_every_route(both: RunningGateway) -> None:
+    gw = both
     async with gw.client(headers=_auth(ALICE)) as alice:
         run_id = (await start_run(alice, KEY, "apptool:t1 approval:a1"))["runId"]
         await wait_state(alice, KEY, lambda s: "a1" in str(s["agentState"].get("approvals", {})))
