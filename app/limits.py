@@ -37,9 +37,13 @@ __all__ = [
     "SubscriberLimits",
     "cap_artifact",
     "check_json_size",
+    "ws_max_size",
 ]
 
 WINDOW_SECONDS = 60.0
+#: Frames up to this much above ``max_ws_frame_bytes`` get an error frame; larger ones are
+#: refused by the server itself (close 1009) before they are buffered whole.
+WS_FRAME_SLACK = 64 * 1024
 ARTIFACT_EVENTS = frozenset({"artifact.created", "artifact.updated", "artifact.completed"})
 #: The ``meta`` key of an event whose artifact content was cut.
 TRUNCATION_KEY = "truncated"
@@ -165,6 +169,16 @@ def check_json_size(value: Any, limit: int, what: str) -> None:
         raise ApiError(422, "invalid_request", f"{what} cannot be stored as JSON: {exc}.") from None
     if size > limit:
         raise ApiError(413, "payload_too_large", f"{what} is larger than {limit} bytes.")
+
+
+def ws_max_size(max_ws_frame_bytes: int) -> int:
+    """The server's WebSocket message cap (uvicorn ``ws_max_size``) for ``max_ws_frame_bytes``.
+
+    A frame a little over the limit is answered with a ``payload_too_large`` error frame and the
+    socket stays open; one far over it (beyond the slack) is refused by the WebSocket protocol
+    layer with close 1009 instead of being buffered whole (uvicorn's default is 16 MiB).
+    """
+    return max_ws_frame_bytes + WS_FRAME_SLACK
 
 
 def _content_bytes(content: Any) -> bytes:

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.gateway import Gateway
+from app.limits import ws_max_size
 from app.logs import setup_logging
 
 __all__ = ["GatewayServer", "serve"]
@@ -24,6 +25,9 @@ class GatewayServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, *, install_signal_handlers: bool = True) -> None:
         super().__init__(config)
         self._install_signal_handlers = install_signal_handlers
+        gateway = getattr(getattr(config.app, "state", None), "gateway", None)
+        if isinstance(gateway, Gateway):  # never buffer a WebSocket message beyond this
+            config.ws_max_size = ws_max_size(gateway.settings.limits.max_ws_frame_bytes)
 
     @property
     def gateway(self) -> Gateway:

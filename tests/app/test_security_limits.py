@@ -12,7 +12,13 @@ import websockets
 
 from app.backends import ConversationRef
 from app.errors import ApiError
-from app.limits import RunRateLimiter, SubscriberLimits, cap_artifact
+from app.limits import (
+    WS_FRAME_SLACK,
+    RunRateLimiter,
+    SubscriberLimits,
+    cap_artifact,
+    ws_max_size,
+)
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
@@ -316,3 +322,19 @@ async def test_unstorable_json_is_422_not_500(start_gateway: StartGateway) -> No
         # The waiting run is untouched and still answers a valid result.
         ok = await client.post("/v1/conversations/c1/tools/t1/result", json={"result": 1})
         assert ok.status_code == 202, ok.text
+
+
+async def test_ws_frame_far_over_the_limit_is_refused_before_buffering(
+    start_gateway: StartGateway,
+) -> None:
+    """The server caps WebSocket messages at the limit plus a slack (uvicorn: 16 MiB)."""
+    gw = await _gateway(start_gateway, {"max_ws_frame_bytes": 1024})
+    assert gw.server.config.ws_max_size == ws_max_size(1024) == 1024 + WS_FRAME_SLACK
+    url = f"{gw.ws_url}/v1/conversations/c1/ws?access_token=tok-a"
+    async with websockets.connect(url, max_size=None) as ws:
+        assert orjson.loads(await ws.recv())["type"] == "snapshot"
+        await ws.send("x" * (ws_max_size(1024) + 1))
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+            while True:
+                await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
