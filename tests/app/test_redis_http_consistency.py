@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
@@ -84,3 +85,37 @@ async def test_the_202_cursor_still_misses_nothing_of_the_run(
     assert events[-1]["type"] == "run.completed"
     deltas = [e["payload"]["delta"] for e in events if e["type"] == "message.delta"]
     assert "".join(deltas) == "w0 w1 w2 "
+
+
+def _assistant_text(state: dict[str, Any]) -> str:
+    texts = [
+        m["message"]["content"] for m in state["messages"] if m["message"]["role"] == "assistant"
+    ]
+    return str(texts[-1]) if texts else ""
+
+
+async def test_a_snapshot_never_contains_events_after_its_cursor(
+    instances: list[RunningGateway],
+) -> None:
+    """Polled during a fast stream on the run's owner: each snapshot plus exactly the events
+    after its cursor is the final answer (nothing missing, no delta applied twice)."""
+    key = "snap-cursor"
+    async with instances[0].client() as client:
+        await start_run(client, key, "text:300")
+        states: list[dict[str, Any]] = []
+        while not states or states[-1]["isRequesting"]:
+            states.append((await client.get(f"/v1/conversations/{key}/state")).json())
+        frames = await collect_sse(
+            client, f"/v1/conversations/{key}/events", params={"since": "0"}, stop=terminal
+        )
+    ids = [frame.id for frame in frames]
+    deltas = []
+    for frame in frames:
+        event = orjson.loads(frame.data)
+        deltas.append(event["payload"]["delta"] if event["type"] == "message.delta" else "")
+    final = "".join(deltas)
+    assert final == "".join(f"w{i} " for i in range(300))
+    assert len(states) > 1
+    for state in states:
+        after = ids.index(state["cursor"]) + 1 if state["cursor"] != "0" else 0
+        assert _assistant_text(state) + "".join(deltas[after:]) == final, state["cursor"]

@@ -277,9 +277,9 @@ class RedisBackend(Backend):
             if inc is None or raw_meta is None:
                 return None
             meta = ConversationMeta.from_dict(orjson.loads(raw_meta))
-            if owned is not None and not owned.fenced and not owned.dirty:
+            if owned is not None and not (owned.fenced or owned.dirty or owned.appending):
                 state = owned.state
-            else:
+            else:  # also while appends are in flight: snapshot + log tail, cursor exact
                 if run is not None and not alive:
                     await self.reaper.reap(keys, Token(_s(run)))
                 async with self.states.lock(keys.tag):

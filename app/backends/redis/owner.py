@@ -36,6 +36,9 @@ class OwnedRun:
     fenced: bool = False
     #: An append failed: the state may be ahead of the log; rebuild it before the next one.
     dirty: bool = False
+    #: Appends reduced into ``state`` whose stream write has not returned yet: meanwhile
+    #: ``state`` is ahead of ``state.stream_id`` (not a snapshot to serve with that cursor).
+    appending: int = 0
     watch: asyncio.Task[None] | None = field(default=None)
 
     def start(self) -> None:
@@ -61,6 +64,7 @@ class OwnedRun:
         if self.since_snapshot >= snapshot_every:
             self.since_snapshot = 0
             snap = self.state.snapshot_write()
+        self.appending += 1
         try:
             ids = await self.writer.append([item], snapshot=snap)
         except Fenced:
@@ -70,6 +74,8 @@ class OwnedRun:
             # The state may be ahead of the log now (or not, if the append landed).
             self.dirty = True
             raise
+        finally:
+            self.appending -= 1
         self.state.stream_id = ids[0]
         return ids[0], snap is not None
 
