@@ -9,7 +9,9 @@ extensions ``event: extension``. The first frame also carries ``retry:``. Heartb
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
@@ -55,7 +57,22 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep="\n")
 
 
-def _coalesced(entries: list[LogEntry]) -> Iterator[bytes]:
+def _pieces(frame: bytes) -> Iterator[bytes | memoryview]:
+    """``frame`` in sends of at most ``COALESCE_BYTES`` (views: no copy until written).
+
+    One large frame (a snapshot, an event near ``max_upstream_event_bytes``) written in one send
+    would be copied whole into a stalled subscriber's transport buffer; in pieces, each send
+    waits for the buffer to drain, so a stalled subscriber pins about one high-water mark.
+    """
+    if len(frame) <= COALESCE_BYTES:
+        yield frame
+        return
+    view = memoryview(frame)
+    for start in range(0, len(frame), COALESCE_BYTES):
+        yield view[start : start + COALESCE_BYTES]
+
+
+def _coalesced(entries: list[LogEntry]) -> Iterator[bytes | memoryview]:
     """The frames of ``entries`` joined into sends of at most ~``COALESCE_BYTES`` each.
 
     A subscriber that is behind gets what was logged since its last read in few sends (each
@@ -69,18 +86,55 @@ def _coalesced(entries: list[LogEntry]) -> Iterator[bytes]:
         if group and size + len(frame) > COALESCE_BYTES:
             yield group[0] if len(group) == 1 else b"".join(group)
             group, size = [], 0
+        if len(frame) > COALESCE_BYTES:
+            yield from _pieces(frame)
+            continue
         group.append(frame)
         size += len(frame)
     if group:
         yield group[0] if len(group) == 1 else b"".join(group)
 
 
-async def _frames(gateway: Gateway, ref: ConversationRef, spec: Follow) -> AsyncIterator[bytes]:
+class _SharedFrame:
+    """A serialized snapshot frame, shared by the subscribers starting at the same cursor."""
+
+    __slots__ = ("__weakref__", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+#: Per gateway: (conversation, cursor, with retry) -> the frame, alive while a subscriber
+#: still sends it. N subscribers of one large conversation hold one copy, not N.
+_snapshots: weakref.WeakKeyDictionary[
+    Gateway, weakref.WeakValueDictionary[tuple[ConversationRef, str, bool], _SharedFrame]
+] = weakref.WeakKeyDictionary()
+
+
+def _snapshot_frame(
+    gateway: Gateway, ref: ConversationRef, body: dict[str, Any], retry: bool
+) -> _SharedFrame:
+    frames = _snapshots.setdefault(gateway, weakref.WeakValueDictionary())
+    key = (ref, str(body["cursor"]), retry)
+    shared = frames.get(key)
+    if shared is None:
+        shared = _SharedFrame(snapshot_sse(body, RETRY_MS if retry else None))
+        frames[key] = shared
+    return shared
+
+
+async def _frames(
+    gateway: Gateway, ref: ConversationRef, spec: Follow
+) -> AsyncIterator[bytes | memoryview]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
     async for item in follow_batches(gateway, ref, spec):
         if isinstance(item, dict):
-            yield snapshot_sse(item, RETRY_MS if retry else None)
+            shared = _snapshot_frame(gateway, ref, item, retry is not None)
             retry = None
+            del item
+            for piece in _pieces(shared.data):
+                yield piece
+            del shared
             continue
         for frame in _coalesced(item):
             if retry is not None:

@@ -254,3 +254,37 @@ async def test_client_that_never_reads_is_dropped_and_nothing_is_lost(
     finally:
         for sock in stalled:
             sock.close()
+
+
+def _queued(gw: RunningGateway) -> int:
+    """Bytes waiting in the server's transport write buffers (all connections)."""
+    return sum(
+        conn.transport.get_write_buffer_size()
+        for conn in gw.server.server_state.connections
+        if conn.transport is not None
+    )
+
+
+async def test_stalled_subscribers_of_a_large_conversation_pin_little(
+    start_gateway: StartGateway,
+) -> None:
+    """N clients that never read a multi-MB snapshot pin about a high-water mark each (the
+    frame is serialized once, shared, and sent in pieces), not N copies of the snapshot."""
+    settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    async with gw.client() as client:
+        await start_run(client, "large", "text:200:20000")  # ~4 MB of text in the state
+        await _finished(client, "large")
+        path = "/v1/conversations/large/events"
+        stalled = [
+            await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+            for _ in range(20)
+        ]
+        try:
+            await asyncio.sleep(1.0)
+            queued = _queued(gw)
+            assert queued < 20 * 256 * 1024, queued  # was 20 × the ~4 MB snapshot
+            await _healthy_conversation(client, "other")
+        finally:
+            for sock in stalled:
+                sock.close()
