@@ -112,9 +112,12 @@ async def _batches(
             yield body
             pos = body["cursor"]
     followed = pos != EMPTY_CURSOR
-    # Busy here or, with several instances, on another one (the backend's run slot).
+    # Busy here or, with several instances, on another one (the backend's run slot and queue).
     stop_at_head = (
-        spec.until_idle and not runs.is_busy(ref) and await backend.active_run(ref) is None
+        spec.until_idle
+        and not runs.is_busy(ref)
+        and await backend.active_run(ref) is None
+        and not await backend.queued_runs(ref)
     )
     while True:
         if pending:
@@ -148,6 +151,7 @@ async def _batches(
                     spec.until_idle
                     and not runs.is_busy(ref, excluding=entry.run_id)
                     and await backend.active_run(ref) in (None, entry.run_id)
+                    and not await backend.queued_runs(ref)
                 ):
                     stop_at_head = True  # deliver what is already logged, then close
         yield batch

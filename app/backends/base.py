@@ -308,6 +308,10 @@ class Backend(ABC):
         """True when this instance's queued ``run_id`` was removed elsewhere (abort, delete)."""
         return False
 
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        """How many runs wait in the backend's queue (of every instance; ``untilIdle``)."""
+        return 0
+
     # --- idempotency ---------------------------------------------------------------------
     @abstractmethod
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None: ...

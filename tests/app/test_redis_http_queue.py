@@ -107,3 +107,23 @@ async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway)
         await asyncio.sleep(0.5)
         answer = await start_run(ca, KEY, "text:1", multitask="reject")
         assert answer["status"] == "started"
+
+
+async def test_until_idle_on_another_instance_waits_for_the_runs_queued_there(
+    start_gateway: StartGateway,
+) -> None:
+    a, b = await _pair(start_gateway)
+    async with a.client() as ca, b.client() as cb:
+        first = await start_run(ca, KEY, "text:1 sleep:0.3")
+        second = await start_run(ca, KEY, "text:1", multitask="enqueue")
+        frames = await collect_sse(
+            cb, EVENTS, params={"since": first["cursor"], "untilIdle": "true"}
+        )  # on B, which has nothing running or queued itself
+    ends = [orjson.loads(f.data) for f in frames if f.event == "message"]
+    ends = [(e["runId"], e["type"]) for e in ends if e["type"].startswith("run.")]
+    assert ends == [
+        (first["runId"], "run.started"),
+        (first["runId"], "run.completed"),
+        (second["runId"], "run.started"),
+        (second["runId"], "run.completed"),
+    ]

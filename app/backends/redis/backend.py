@@ -595,6 +595,10 @@ class RedisBackend(Backend):
         with unavailable():
             return await self.queue.drop(keys, run_id)
 
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        with unavailable():
+            return await self.queue.count(self.keys(ref))
+
     def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
         item = (self.keys(ref).tag, run_id)
         if item in self._dropped:

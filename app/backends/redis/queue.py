@@ -90,6 +90,9 @@ return {'ok', token}
 """
 )
 
+#: KEYS: queue, qlive.  -> how many live tickets wait (lapsed ones are pruned first)
+COUNT: Final = _PRELUDE + "return redis.call('ZCARD', KEYS[1])\n"
+
 #: KEYS: queue, qlive.  ARGV: run_id.  -> 1 removed | 0 not queued
 DROP: Final = """
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -129,6 +132,7 @@ class RunQueue:
         self._enqueue = redis.register_script(ENQUEUE)
         self._claim = redis.register_script(CLAIM_ORDERED)
         self._drop = redis.register_script(DROP)
+        self._count = redis.register_script(COUNT)
         self._renew = redis.register_script(RENEW)
 
     async def enqueue(
@@ -149,6 +153,9 @@ class RunQueue:
         if status not in ("ok", "busy", "lost", "queued", "gone"):
             raise RuntimeError(f"unexpected claim answer {status!r}")
         return OrderedClaim(status, _s(res[1]))  # type: ignore[arg-type]
+
+    async def count(self, keys: ConversationKeys) -> int:
+        return int(await self._count(keys=[keys.queue, keys.qlive]))
 
     async def drop(self, keys: ConversationKeys, run_id: str) -> bool:
         return bool(int(await self._drop(keys=[keys.queue, keys.qlive], args=[run_id])))
