@@ -35,7 +35,8 @@ async def run_record(gateway: Gateway, ref: ConversationRef, run_id: str) -> dic
     if run is not None:
         record.update({key: run[key] for key in _FIELDS if key in run})
         return record
-    if gateway.runs.is_pending(ref, run_id):
+    # Accepted here, or (several instances) queued on another one: the backend's queue.
+    if gateway.runs.is_pending(ref, run_id) or await gateway.backend.is_queued(ref, run_id):
         record.update({"sessionId": snapshot.meta.session_id, "status": "queued"})
         return record
     raise ApiError(404, "run_not_found", f"No run {run_id} in this conversation.")

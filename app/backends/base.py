@@ -312,6 +312,10 @@ class Backend(ABC):
         """How many runs wait in the backend's queue (of every instance; ``untilIdle``)."""
         return 0
 
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        """``run_id`` waits in the backend's queue or holds the slot and is starting."""
+        return False
+
     # --- idempotency ---------------------------------------------------------------------
     @abstractmethod
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None: ...

@@ -127,3 +127,18 @@ async def test_until_idle_on_another_instance_waits_for_the_runs_queued_there(
         (second["runId"], "run.started"),
         (second["runId"], "run.completed"),
     ]
+
+
+async def test_the_record_of_a_run_queued_on_another_instance(
+    start_gateway: StartGateway,
+) -> None:
+    a, b = await _pair(start_gateway)
+    async with a.client() as ca, b.client() as cb:
+        await start_run(ca, KEY, "text:1 sleep:0.3")
+        queued = await start_run(ca, KEY, "text:1", multitask="enqueue")
+        path = f"/v1/conversations/{KEY}/runs/{queued['runId']}"
+        record = (await cb.get(path)).json()
+        assert record["status"] == "queued", record
+        ended = (await cb.get(f"{path}/wait", params={"timeout": 10})).json()
+        assert ended["status"] == "completed"
+        assert (await cb.get(f"/v1/conversations/{KEY}/runs/run_nope")).status_code == 404

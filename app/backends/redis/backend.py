@@ -595,6 +595,15 @@ class RedisBackend(Backend):
         with unavailable():
             return await self.queue.drop(keys, run_id)
 
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        keys = self.keys(ref)
+        with unavailable():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zscore(keys.queue, run_id)
+                pipe.get(keys.run)
+                score, holder = await pipe.execute()
+        return score is not None or (holder is not None and Token(_s(holder)).run_id == run_id)
+
     async def queued_runs(self, ref: ConversationRef) -> int:
         with unavailable():
             return await self.queue.count(self.keys(ref))
