@@ -8,6 +8,7 @@ yields a fresh snapshot, never a gap; a deleted conversation ends the stream.
 from __future__ import annotations
 
 import asyncio
+import operator
 import weakref
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
+from app.backends.base import TERMINAL_TYPES
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Follow", "follow", "follow_batches", "linger_seconds"]
 
 BATCH = 256
+_event_type = operator.attrgetter("event_type")
 #: Fan-out pacing (see :func:`linger_seconds`), in seconds.
 LINGER_PER_FOLLOWER = 60e-6
 LINGER_MIN = 0.001
@@ -138,6 +141,15 @@ async def _batches(
                 if stop_at_head or gateway.closing.is_set():
                     return
                 continue
+        if TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
+            # The common case (no run ends in this batch): no per-entry work in Python.
+            pos = entries[-1].cursor
+            followed = True
+            yield entries
+            delay = linger_seconds(counts[ref])
+            if delay:
+                await asyncio.sleep(delay)
+            continue
         batch: list[LogEntry] = []
         for entry in entries:
             batch.append(entry)
