@@ -139,13 +139,17 @@ async def read_stream(
                 if connected is not None:
                     connected.set()
             result.frames += frames
-            emits = _EMIT.findall(complete)
-            if emits:
+            if keep_latencies:
+                emits = _EMIT.findall(complete)
+                count = len(emits)
+                if count:
+                    latencies.extend([now_wall - float(t) for t in emits])
+            else:  # counting only (fan-out subscribers that are not latency probes)
+                count = complete.count(b"t=")
+            if count:
                 if result.first_delta is None:
                     result.first_delta = perf()
-                result.deltas += len(emits)
-                if keep_latencies:
-                    latencies.extend([now_wall - float(t) for t in emits])
+                result.deltas += count
             if stop_at_terminal and b'"type":"run.' in complete:
                 match = _TERMINAL.search(complete)
                 if match is not None:
