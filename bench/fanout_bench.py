@@ -4,10 +4,10 @@ For each K (1, 50, 200, 500): K subscribers open ``GET …/events`` (snapshot fi
 of ``--chunks`` deltas at ``--delay`` ms is started; every subscriber must receive every delta.
 Latency is the delta's emit time at the mock upstream to its read by the subscriber (p50/p99
 over every delivery to up to 50 probe subscribers spread over the K; the others only count
-what they receive, so the client does not lag behind what it measures). CPU is the gateway process's CPU-seconds during the round, per delivered
-event. Rounds alternate the gateway and a naive baseline (the minimal normalizer broadcasting
-to one queue per subscriber). Targets: p99 < 250 ms at K=500; gateway CPU per delivered event
-at K=500 ≤ 0.25 × at K=1.
+what they receive, so the client does not lag behind what it measures). CPU is the gateway
+process's CPU-seconds during the round, per delivered event. Rounds alternate the gateway and
+a naive baseline (the minimal normalizer broadcasting to one queue per subscriber). Targets:
+p99 < 250 ms at K=500; gateway CPU per delivered event at K=500 <= 0.25 x at K=1.
 
 Usage: ``.venv/bin/python bench/fanout_bench.py [--ks 1,50,200,500] [--chunks 5000]
 [--delay 1] [--rounds 1] [--backend memory|redis] [--no-baseline]``
