@@ -88,9 +88,17 @@ def principal_of(connection: HTTPConnection) -> str:
     raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
 
 
-def _principal(connection: HTTPConnection, _act_as: ActAsHeader = None) -> str:
+# The dependencies are coroutines: FastAPI runs a plain ``def`` dependency in a worker thread,
+# a thread hop per dependency per request (time to first event, bench/ttfe_bench.py).
+
+
+async def _principal(connection: HTTPConnection, _act_as: ActAsHeader = None) -> str:
     """``principal_of`` as a dependency (declares ``X-Act-As`` in the OpenAPI document)."""
     return principal_of(connection)
+
+
+async def _gateway(connection: HTTPConnection) -> Gateway:
+    return get_gateway(connection)
 
 
 Principal = Annotated[str, Depends(_principal)]
@@ -99,9 +107,9 @@ ConversationKey = Annotated[
 ]
 
 
-def conversation_ref(principal: Principal, key: ConversationKey) -> ConversationRef:
+async def conversation_ref(principal: Principal, key: ConversationKey) -> ConversationRef:
     return ConversationRef(principal, key)
 
 
 Ref = Annotated[ConversationRef, Depends(conversation_ref)]
-GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+GatewayDep = Annotated[Gateway, Depends(_gateway)]
