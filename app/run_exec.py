@@ -74,6 +74,8 @@ class ActiveRun:
         self.commands: asyncio.Queue[Command] = asyncio.Queue()
         #: Targets (approval or tool ids) with a command delivered and not yet reflected.
         self.in_flight: set[str] = set()
+        #: Its terminal event is logged (it still holds the slot while it finishes up).
+        self.ended = False
 
     def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
         self.signal.abort(reason)
@@ -189,7 +191,7 @@ async def _execute_run(
             if entry.event_type == "run.started":
                 request.started.set()
             elif entry.is_run_terminal:
-                terminal_seen = True
+                terminal_seen = active.ended = True
                 request.started.set()
 
     async def on_extension(key: str, value: Any) -> None:

@@ -262,6 +262,9 @@ class RunManager:
 
         The backend drops a run queued on another instance (its worker then skips it)."""
         slot = self._slots.get(ref)
+        current = None if slot is None else slot.current
+        if current is not None and current.ended and run_id in (None, current.run_id):
+            return None  # its terminal is logged: nothing runs any more (it is finishing up)
         if slot is not None and run_id is not None:
             for request in list(slot.queue):
                 if request.run_id == run_id:

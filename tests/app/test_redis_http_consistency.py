@@ -15,7 +15,7 @@ import pytest
 
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, launch, make_settings
-from tests.app.helpers import collect_sse, start_run, terminal
+from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_http import redis_start_gateway
 from tests.app.scripted_provider import ScriptedProvider
 
@@ -119,3 +119,55 @@ async def test_a_snapshot_never_contains_events_after_its_cursor(
     for state in states:
         after = ids.index(state["cursor"]) + 1 if state["cursor"] != "0" else 0
         assert _assistant_text(state) + "".join(deltas[after:]) == final, state["cursor"]
+
+
+async def test_a_run_whose_terminal_is_logged_is_not_aborted(
+    instances: list[RunningGateway],
+) -> None:
+    """Between its terminal and the release of the slot, a run is over: abort answers 200."""
+    gw = instances[0]
+    inner = gw.gateway.backend.inner  # type: ignore[attr-defined]
+    original, hold = inner.release_run, asyncio.Event()
+
+    async def held_release(*args: Any, **kwargs: Any) -> None:
+        await hold.wait()
+        await original(*args, **kwargs)
+
+    inner.release_run = held_release
+    key = "ended"
+    async with gw.client() as client:
+        run = await start_run(client, key, "text:1")
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        assert gw.gateway.runs.active_count() == 1  # still finishing: the slot is held
+        for body in ({}, {"runId": run["runId"]}):
+            answer = await client.post(f"/v1/conversations/{key}/abort", json=body)
+            assert (answer.status_code, answer.json()) == (200, {"aborted": False})
+        hold.set()
+        state = await wait_state(client, key, lambda s: not s["isRequesting"])
+        assert state["agentState"]["runs"][run["runId"]]["status"] == "completed"
+
+
+async def test_the_previous_owner_serves_the_next_run_while_it_releases(
+    start_gateway: StartGateway,
+) -> None:
+    """A released the slot in Redis but is still finishing its release; B starts the next run:
+    a GET …/state on A shows B's run (not A's stale live state)."""
+    a, b = [await start_gateway(providers={"demo": ScriptedProvider()}) for _ in "AB"]
+    ownership = a.gateway.backend.inner.ownership  # type: ignore[attr-defined]
+    original, entered, hold = ownership.unmark, asyncio.Event(), asyncio.Event()
+
+    async def held_unmark(*args: Any, **kwargs: Any) -> None:  # right after the release write
+        entered.set()
+        await hold.wait()
+        await original(*args, **kwargs)
+
+    ownership.unmark = held_unmark
+    key = "handover"
+    async with a.client() as ca, b.client() as cb:
+        await start_run(ca, key, "text:1")
+        await asyncio.wait_for(entered.wait(), 10)
+        second = await start_run(cb, key, "text:1 sleep:5", multitask="reject")
+        state = (await ca.get(f"/v1/conversations/{key}/state")).json()
+        hold.set()
+        assert state["activeRunId"] == second["runId"]
+        await cb.post(f"/v1/conversations/{key}/abort", json={})

@@ -59,7 +59,7 @@ async def test_enqueued_runs_start_in_arrival_order_across_instances_and_share_o
 ) -> None:
     a, b = await _pair(start_gateway, enqueue_max=4)
     async with a.client() as ca, b.client() as cb:
-        first = await start_run(ca, KEY, "text:1 sleep:0.5")
+        first = await start_run(ca, KEY, "text:1 sleep:1")
         queued = []
         for client in (cb, ca, cb, ca):  # alternate instances
             answer = await start_run(client, KEY, "text:1", multitask="enqueue")
@@ -79,7 +79,7 @@ async def test_a_queued_run_aborted_on_another_instance_never_starts(
 ) -> None:
     a, b = await _pair(start_gateway)
     async with a.client() as ca, b.client() as cb:
-        first = await start_run(ca, KEY, "text:1 sleep:0.4")
+        first = await start_run(ca, KEY, "text:1 sleep:1")
         dropped = await start_run(ca, KEY, "text:1", multitask="enqueue")
         last = await start_run(cb, KEY, "text:1", multitask="enqueue")
         answer = await cb.post(
@@ -114,7 +114,7 @@ async def test_until_idle_on_another_instance_waits_for_the_runs_queued_there(
 ) -> None:
     a, b = await _pair(start_gateway)
     async with a.client() as ca, b.client() as cb:
-        first = await start_run(ca, KEY, "text:1 sleep:0.3")
+        first = await start_run(ca, KEY, "text:1 sleep:1")
         second = await start_run(ca, KEY, "text:1", multitask="enqueue")
         frames = await collect_sse(
             cb, EVENTS, params={"since": first["cursor"], "untilIdle": "true"}
@@ -134,7 +134,7 @@ async def test_the_record_of_a_run_queued_on_another_instance(
 ) -> None:
     a, b = await _pair(start_gateway)
     async with a.client() as ca, b.client() as cb:
-        await start_run(ca, KEY, "text:1 sleep:0.3")
+        await start_run(ca, KEY, "text:1 sleep:1")
         queued = await start_run(ca, KEY, "text:1", multitask="enqueue")
         path = f"/v1/conversations/{KEY}/runs/{queued['runId']}"
         record = (await cb.get(path)).json()
@@ -142,3 +142,42 @@ async def test_the_record_of_a_run_queued_on_another_instance(
         ended = (await cb.get(f"{path}/wait", params={"timeout": 10})).json()
         assert ended["status"] == "completed"
         assert (await cb.get(f"/v1/conversations/{KEY}/runs/run_nope")).status_code == 404
+
+
+async def test_interrupt_through_another_instance(start_gateway: StartGateway) -> None:
+    a, b = await _pair(start_gateway)
+    async with a.client() as ca, b.client() as cb:
+        first = await start_run(ca, KEY, "text:1 sleep:30")
+        second = await start_run(cb, KEY, "text:2 sleep:0.3", multitask="interrupt")
+        assert second["status"] == "started"
+        state = (await ca.get(f"/v1/conversations/{KEY}/state")).json()
+        assert state["activeRunId"] == second["runId"]  # the 202 came after its run.started
+        frames = await collect_sse(
+            ca, EVENTS, params={"since": second["cursor"], "untilIdle": "true"}
+        )
+    events = [orjson.loads(f.data) for f in frames if f.event == "message"]
+    ends = [(e["runId"], e["type"]) for e in events if e["type"].startswith("run.")]
+    assert ends == [
+        (first["runId"], "run.cancelled"),
+        (second["runId"], "run.started"),
+        (second["runId"], "run.completed"),
+    ]
+
+
+async def test_delete_through_another_instance_drops_the_queue(
+    start_gateway: StartGateway,
+) -> None:
+    a, b = await _pair(start_gateway)
+    async with a.client() as ca, b.client() as cb:
+        await start_run(ca, KEY, "text:1 sleep:30")
+        await start_run(ca, KEY, "text:1", multitask="enqueue")
+        assert (await cb.delete(f"/v1/conversations/{KEY}")).status_code == 204
+        for _ in range(100):  # A's worker ends the aborted run and skips the dropped one
+            if a.gateway.runs.active_count() == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert a.gateway.runs.active_count() == 0
+        for client in (ca, cb):
+            assert (await client.get(f"/v1/conversations/{KEY}/state")).status_code == 404
+        fresh = await start_run(cb, KEY, "text:1", multitask="reject")  # a clean new start
+        assert fresh["status"] == "started"

@@ -225,7 +225,9 @@ class RedisBackend(Backend):
         with unavailable():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.delete(keys.meta)
-                pipe.delete(*keys.all_keys())
+                # The abort flag stays (it expires by itself): the DELETE's abort of a run owned
+                # by another instance must still reach that owner's next poll.
+                pipe.delete(*(key for key in keys.all_keys() if key != keys.abort))
                 pipe.hdel(principal_index_key(ref.principal, self.prefix), ref.key)
                 existed, _, _ = await pipe.execute()
         self.states.forget(keys.tag)
@@ -277,9 +279,12 @@ class RedisBackend(Backend):
             if inc is None or raw_meta is None:
                 return None
             meta = ConversationMeta.from_dict(orjson.loads(raw_meta))
-            if owned is not None and not (owned.fenced or owned.dirty or owned.appending):
+            # The owner's live state, unless appends are in flight (it is ahead of its cursor)
+            # or the slot is being handed back; else snapshot + log tail, cursor exact.
+            stale = owned is None or owned.fenced or owned.dirty or owned.released
+            if owned is not None and not stale and not owned.appending:
                 state = owned.state
-            else:  # also while appends are in flight: snapshot + log tail, cursor exact
+            else:
                 if run is not None and not alive:
                     await self.reaper.reap(keys, Token(_s(run)))
                 async with self.states.lock(keys.tag):
@@ -538,6 +543,7 @@ class RedisBackend(Backend):
         if owned is None or owned.token.run_id != run_id:
             return
         await owned.stop()
+        owned.released = True  # snapshot() reads Redis from now on (others may append)
         try:
             if owned.fenced:
                 return

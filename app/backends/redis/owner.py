@@ -39,6 +39,8 @@ class OwnedRun:
     #: Appends reduced into ``state`` whose stream write has not returned yet: meanwhile
     #: ``state`` is ahead of ``state.stream_id`` (not a snapshot to serve with that cursor).
     appending: int = 0
+    #: release_run is handing the slot back: another instance may write from now on.
+    released: bool = False
     watch: asyncio.Task[None] | None = field(default=None)
 
     def start(self) -> None:
