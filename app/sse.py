@@ -9,6 +9,7 @@ extensions ``event: extension``. The first frame also carries ``retry:``. Heartb
 from __future__ import annotations
 
 import logging
+import operator
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -20,13 +21,14 @@ from starlette.types import Receive, Scope, Send
 from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.snapshot import snapshot_sse
-from app.streams import Follow, follow_batches
+from app.streams import BATCH, Follow, follow_batches
 
 __all__ = ["RETRY_MS", "sse_response"]
 
 logger = logging.getLogger("app.sse")
 #: The reconnection delay suggested to EventSource clients.
 RETRY_MS = 2000
+_sse_of = operator.attrgetter("sse")
 #: Upper bound of one coalesced send (a single larger frame is sent alone).
 COALESCE_BYTES = 16 * 1024
 #: Set by ``app.factory.GatewayApp``: the connection's transport.
@@ -79,10 +81,15 @@ def _coalesced(entries: list[LogEntry]) -> Iterator[bytes | memoryview]:
     frame serialized once, when logged; here only joined). The byte cap keeps what one send
     can pin in a stalled subscriber's transport buffer small, whatever the frame sizes.
     """
+    frames = list(map(_sse_of, entries))
+    if not frames:
+        return
+    if sum(map(len, frames)) <= COALESCE_BYTES:  # the common case, without a Python loop
+        yield frames[0] if len(frames) == 1 else b"".join(frames)
+        return
     group: list[bytes] = []
     size = 0
-    for entry in entries:
-        frame = entry.sse
+    for frame in frames:
         if group and size + len(frame) > COALESCE_BYTES:
             yield group[0] if len(group) == 1 else b"".join(group)
             group, size = [], 0
@@ -96,31 +103,69 @@ def _coalesced(entries: list[LogEntry]) -> Iterator[bytes | memoryview]:
 
 
 class _SharedFrame:
-    """A serialized snapshot frame, shared by the subscribers starting at the same cursor."""
+    """A serialized snapshot frame, shared by the subscribers that start from it."""
 
-    __slots__ = ("__weakref__", "data")
+    __slots__ = ("__weakref__", "cursor", "data")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, cursor: str) -> None:
         self.data = data
+        self.cursor = cursor
 
 
-#: Per gateway: (conversation, cursor, with retry) -> the frame, alive while a subscriber
-#: still sends it. N subscribers of one large conversation hold one copy, not N.
+#: Per gateway: (conversation, with retry) -> the newest snapshot frame a subscriber is still
+#: sending (weak values: freed when the last one is done). A subscriber that needs a snapshot
+#: while one is in flight takes that frame and the log entries after its cursor instead of
+#: serializing its own: N subscribers joining a large conversation (even during a run, when
+#: each would see another cursor) hold one copy of the snapshot, not N.
 _snapshots: weakref.WeakKeyDictionary[
-    Gateway, weakref.WeakValueDictionary[tuple[ConversationRef, str, bool], _SharedFrame]
+    Gateway, weakref.WeakValueDictionary[tuple[ConversationRef, bool], _SharedFrame]
 ] = weakref.WeakKeyDictionary()
+#: At most this many log entries are sent after a shared snapshot to catch up.
+CATCH_UP_ENTRIES = 4 * BATCH
 
 
-def _snapshot_frame(
+async def _entries_between(
+    gateway: Gateway, ref: ConversationRef, start: str, end: str
+) -> list[LogEntry] | None:
+    """The log entries after ``start`` up to and including ``end``; None when not all are
+    retained (or too many): the caller then serializes a snapshot of its own."""
+    out: list[LogEntry] = []
+    pos = start
+    while len(out) < CATCH_UP_ENTRIES:
+        result = await gateway.backend.read(ref, pos, limit=BATCH, wait=0)
+        if result.status != "ok" or not result.entries:
+            return None
+        for entry in result.entries:
+            out.append(entry)
+            if entry.cursor == end:
+                return out
+        pos = result.entries[-1].cursor
+    return None
+
+
+async def _snapshot_frames(
     gateway: Gateway, ref: ConversationRef, body: dict[str, Any], retry: bool
-) -> _SharedFrame:
+) -> AsyncIterator[bytes | memoryview]:
+    """The snapshot ``body`` (at its cursor) as frames: a shared one when possible."""
     frames = _snapshots.setdefault(gateway, weakref.WeakValueDictionary())
-    key = (ref, str(body["cursor"]), retry)
-    shared = frames.get(key)
+    cursor = str(body["cursor"])
+    shared = frames.get((ref, retry))
+    gap: list[LogEntry] = []
+    if shared is not None and shared.cursor != cursor:
+        found = await _entries_between(gateway, ref, shared.cursor, cursor)
+        if found is None:
+            shared = None
+        else:
+            gap = found
     if shared is None:
-        shared = _SharedFrame(snapshot_sse(body, RETRY_MS if retry else None))
-        frames[key] = shared
-    return shared
+        shared = _SharedFrame(snapshot_sse(body, RETRY_MS if retry else None), cursor)
+        frames[(ref, retry)] = shared
+    del body
+    for piece in _pieces(shared.data):
+        yield piece
+    del shared
+    for frame in _coalesced(gap):
+        yield frame
 
 
 async def _frames(
@@ -129,12 +174,10 @@ async def _frames(
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
     async for item in follow_batches(gateway, ref, spec):
         if isinstance(item, dict):
-            shared = _snapshot_frame(gateway, ref, item, retry is not None)
-            retry = None
-            del item
-            for piece in _pieces(shared.data):
+            with_retry, retry = retry is not None, None
+            async for piece in _snapshot_frames(gateway, ref, item, with_retry):
                 yield piece
-            del shared
+            del item
             continue
         for frame in _coalesced(item):
             if retry is not None:
