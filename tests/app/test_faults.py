@@ -288,3 +288,35 @@ async def test_stalled_subscribers_of_a_large_conversation_pin_little(
         finally:
             for sock in stalled:
                 sock.close()
+
+
+async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
+    start_gateway: StartGateway,
+) -> None:
+    """While a stalled subscriber still holds a large snapshot frame, a new subscriber gets
+    that frame (older cursor) plus the log entries since — exactly once, in order — instead
+    of a serialized copy of its own."""
+    settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    path = "/v1/conversations/mid/events"
+    async with gw.client() as client:
+        await start_run(client, "mid", "text:100:20000 sleep:0.6 text:5 sleep:0.8 text:20")
+        first = await wait_state(
+            client, "mid", lambda s: len(str(s["messages"])) > 100 * 20000, within=10
+        )
+        stalled = await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            await wait_state(
+                client, "mid", lambda s: s["cursor"] != first["cursor"], within=10
+            )  # the 5 small deltas are logged: a later cursor
+            frames = await collect_sse(client, path, stop=terminal)
+            assert frames[0].event == "snapshot"
+            shared_cursor = frames[0].id
+            assert shared_cursor == first["cursor"]  # the stalled subscriber's snapshot
+            got = [f.id for f in frames[1:] if f.event == "message"]
+            log = await collect_sse(client, f"{path}?untilIdle=true&since={shared_cursor}")
+            assert got == [f.id for f in log if f.event == "message"]
+            assert len(got) >= 5 + 20 + 2
+            assert _queued(gw) < 512 * 1024
+        finally:
+            stalled.close()
