@@ -79,7 +79,8 @@ class RunManager:
             return False
         if slot.queue:
             return True
-        return slot.current is not None and slot.current.run_id != excluding
+        current = slot.current  # a run whose terminal is logged is only finishing up
+        return current is not None and current.run_id != excluding and not current.ended
 
     def is_pending(self, ref: ConversationRef, run_id: str) -> bool:
         """``run_id`` is accepted here and waits in the queue (or is starting)."""
@@ -156,15 +157,16 @@ class RunManager:
                 await self.backend.create_conversation(ref, meta)
                 meta = await self.backend.get_meta(ref) or meta
             cursor = await self.backend.head_cursor(ref)
-            busy = bool(slot.queue) or slot.current is not None
+            # A run whose terminal is logged is only finishing up: the next one starts after it.
+            busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
             request = RunRequest(new_run_id(), input, name, emit_user_message)
-            if not busy:
+            if not busy and slot.current is None:
                 # Take the backend's run slot now: the claim is atomic across instances, so
                 # two instances never both accept (the worker runs under this claim).
                 claimed = ActiveRun(request.run_id)
                 if await self.backend.claim_run(ref, claimed):
                     slot.claimed = claimed
-                else:
+                elif not await self._finishing_elsewhere(ref):
                     busy = True
             status = "started"
             if not busy:
@@ -196,6 +198,16 @@ class RunManager:
             "status": status,
         }
         return Submission(body, request)
+
+    async def _finishing_elsewhere(self, ref: ConversationRef) -> bool:
+        """The slot is held (on another instance) by a run whose terminal is already logged,
+        and no run waits: a new run is next, not refused."""
+        holder = await self.backend.active_run(ref)
+        if holder is None or await self.backend.queued_runs(ref):
+            return False
+        snapshot = await self.backend.snapshot(ref)
+        run = None if snapshot is None else snapshot.state.get("runs", {}).get(holder)
+        return run is not None and run.get("status") != "running"
 
     async def _work(self, ref: ConversationRef, slot: _Slot) -> None:
         try:

@@ -94,6 +94,23 @@ async def follow_batches(
             del counts[ref]
 
 
+async def _idle_now(gateway: Gateway, ref: ConversationRef) -> bool:
+    """Nothing runs or waits, here or (several instances) in the backend's run slot and queue.
+
+    A slot holder whose terminal is already logged (finishing up: metrics, meta, release) is
+    not running: an ``untilIdle`` subscriber arriving then must not wait for a later run.
+    """
+    backend = gateway.backend
+    if gateway.runs.is_busy(ref) or await backend.queued_runs(ref):
+        return False
+    holder = await backend.active_run(ref)
+    if holder is None:
+        return True
+    snapshot = await backend.snapshot(ref)
+    run = None if snapshot is None else snapshot.state.get("runs", {}).get(holder)
+    return run is not None and run.get("status") != "running"
+
+
 async def _batches(
     gateway: Gateway, ref: ConversationRef, spec: Follow, counts: Counter[ConversationRef]
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
@@ -115,13 +132,7 @@ async def _batches(
             yield body
             pos = body["cursor"]
     followed = pos != EMPTY_CURSOR
-    # Busy here or, with several instances, on another one (the backend's run slot and queue).
-    stop_at_head = (
-        spec.until_idle
-        and not runs.is_busy(ref)
-        and await backend.active_run(ref) is None
-        and not await backend.queued_runs(ref)
-    )
+    stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
     while True:
         if pending:
             entries, pending = pending, []

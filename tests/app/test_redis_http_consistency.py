@@ -171,3 +171,59 @@ async def test_the_previous_owner_serves_the_next_run_while_it_releases(
         hold.set()
         assert state["activeRunId"] == second["runId"]
         await cb.post(f"/v1/conversations/{key}/abort", json={})
+
+
+def _hold_release(gw: RunningGateway) -> asyncio.Event:
+    """Hold the gateway's next release_run (a run finishing up) until the event is set."""
+    inner = gw.gateway.backend.inner  # type: ignore[attr-defined]
+    original, hold = inner.release_run, asyncio.Event()
+
+    async def held_release(*args: Any, **kwargs: Any) -> None:
+        await hold.wait()
+        await original(*args, **kwargs)
+
+    inner.release_run = held_release
+    return hold
+
+
+async def test_until_idle_while_the_last_run_finishes_up_closes_at_once(
+    instances: list[RunningGateway],
+) -> None:
+    hold = _hold_release(instances[0])
+    key = "idle-window"
+    async with instances[0].client() as client:
+        await start_run(client, key, "text:1")
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        for gw in instances:
+            async with gw.client() as other:
+                frames = await asyncio.wait_for(
+                    collect_sse(
+                        other, f"/v1/conversations/{key}/events", params={"untilIdle": "true"}
+                    ),
+                    5,
+                )  # was: open until some later run ended
+            assert [f.event for f in frames] == ["snapshot"]
+        hold.set()
+
+
+async def test_a_new_run_while_the_last_one_finishes_up_is_accepted(
+    instances: list[RunningGateway],
+) -> None:
+    """The state shows the run ended; a run posted then (on any instance) starts after it."""
+    hold = _hold_release(instances[0])
+    key = "next-run"
+    async with instances[0].client() as client, instances[-1].client() as other:
+        first = await start_run(client, key, "text:1")
+        await wait_state(client, key, lambda s: not s["isRequesting"])
+        posting = asyncio.create_task(
+            other.post(f"/v1/conversations/{key}/runs", json={"input": {"prompt": "text:2"}})
+        )
+        await asyncio.sleep(0.2)
+        hold.set()
+        answer = await posting
+        assert answer.status_code == 202, answer.text  # was 409 run_in_progress
+        assert answer.json()["status"] == "started"
+        state = await wait_state(client, key, lambda s: not s["isRequesting"])
+        runs = state["agentState"]["runs"]
+        assert runs[first["runId"]]["status"] == runs[answer.json()["runId"]]["status"]
+        assert runs[first["runId"]]["status"] == "completed"
