@@ -121,6 +121,7 @@ async def fault_flood(
     client: httpx.AsyncClient, gw: Server, upstream: Upstream, scale: float
 ) -> Callable[[], Any]:
     keys = [f"flood{i}" for i in range(max(1, int(4 * scale)))]
+    upstream.flood_sent = 0
     for key in keys:
         await client.post(
             f"/v1/conversations/{key}/runs", json={"input": {"prompt": "x"}, "provider": "flood"}
@@ -128,7 +129,8 @@ async def fault_flood(
 
     async def end() -> str:
         ended = await _wait_idle(client, keys, 60)
-        return f"{ended}/{len(keys)} runs ended; upstream sent {upstream.flood_sent / MB:.0f} MB"
+        sent = upstream.flood_sent / MB / len(keys)
+        return f"{ended}/{len(keys)} runs ended; upstream wrote {sent:.0f} MB each before hang-up"
 
     await asyncio.sleep(1.0)
     return end

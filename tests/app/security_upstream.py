@@ -84,10 +84,12 @@ class Upstream:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
         )
-        if route == "flood":
+        if route == "flood":  # flood_bytes per connection; flood_sent counts all of them
             piece = b"x" * 65536
-            while self.flood_sent < self.flood_bytes:
+            sent = 0
+            while sent < self.flood_bytes:
                 writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                sent += len(piece)
                 self.flood_sent += len(piece)
                 await writer.drain()
             await reader.read()
