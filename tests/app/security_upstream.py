@@ -4,7 +4,8 @@ It records every request exactly as it arrived on the socket (request line, head
 answers by the first path segment:
 
 - ``/events`` — a native AgentEvent SSE stream (for ``kind = "agent-event"``): the events of
-  ``Upstream.script`` (a list of payload-level tuples ``(type, payload)``), then ``run.completed``;
+  ``Upstream.script`` (``(type, payload)`` or ``(type, payload, envelope overrides)``), then
+  ``run.completed``;
 - ``/openai`` — a minimal OpenAI Chat Completions stream ("ok", then ``[DONE]``);
 - ``/flood`` — headers, then ``flood_bytes`` of ``x`` without a single newline (slowly enough
   to be aborted), chunked;
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +47,8 @@ class RawRequest:
 class Upstream:
     port: int = 0
     requests: list[RawRequest] = field(default_factory=list)
-    script: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: (type, payload) or (type, payload, envelope fields to override)
+    script: list[tuple[Any, ...]] = field(default_factory=list)
     flood_bytes: int = 50 * 1024 * 1024
     flood_sent: int = 0
     slow_seconds: float = 1.0
@@ -112,7 +115,10 @@ class Upstream:
         if route == "slow":
             events = [("run.started", {})]
         events.append(("run.completed", {}))
-        return [_data(_envelope(seq, kind, payload)) for seq, (kind, payload) in enumerate(events)]
+        return [
+            _data({**_envelope(seq, item[0], item[1]), **(item[2] if len(item) > 2 else {})})
+            for seq, item in enumerate(events)
+        ]
 
 
 def _envelope(seq: int, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +135,11 @@ def _envelope(seq: int, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _data(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    try:
+        text = orjson.dumps(payload)
+    except TypeError:  # integers beyond 64 bits: written as JSON digits, like other servers do
+        text = json.dumps(payload).encode()
+    return b"data: " + text + b"\n\n"
 
 
 @contextlib.asynccontextmanager

@@ -338,3 +338,25 @@ async def test_ws_frame_far_over_the_limit_is_refused_before_buffering(
             while True:
                 await ws.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+async def test_huge_numbers_from_a_native_upstream_never_break_serialization(
+    start_gateway: StartGateway,
+) -> None:
+    """Integers beyond 64 bits (and beyond double range) in a native upstream's events: the
+    run ends with one terminal and state, events and listings still serialize."""
+    script = [
+        ("message.started", {"messageId": "m1", "role": "assistant"}, {"timestamp": 2**70}),
+        ("message.delta", {"messageId": "m1", "delta": "x"}, {"meta": {"n": 2**80}}),
+        ("artifact.created", {"artifactId": "a1", "name": "n", "content": {"big": 2**90}}),
+        ("artifact.completed", {"artifactId": "a1"}),
+        ("message.completed", {"messageId": "m1"}),
+    ]
+    state = await _native_run(start_gateway, {}, script)
+    assert _run_error(state) is None
+    (artifact,) = state["agentState"]["artifacts"].values()
+    assert artifact["content"] == {"big": float(2**90)}  # read as a double, like JSON.parse
+    beyond = [("message.started", {"messageId": "m1", "role": "assistant"}, {"timestamp": 10**400})]
+    state = await _native_run(start_gateway, {}, beyond)
+    error = _run_error(state)
+    assert error is not None and error["code"] == "upstream_malformed_chunk"
