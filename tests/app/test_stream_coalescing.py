@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import AsyncGenerator
+from typing import Any, cast
 
 import pytest
 
@@ -94,7 +96,7 @@ async def test_followers_are_counted_while_they_follow_and_released_after(
     await _log(gateway, run_events("run_a", 3))
     spec = Follow(start=EMPTY_CURSOR, until_idle=True)
     first = follow_batches(gateway, REF, spec)
-    second = follow_batches(gateway, REF, spec)
+    second = cast(AsyncGenerator[Any, None], follow_batches(gateway, REF, spec))
     assert isinstance(await anext(first), list)
     assert isinstance(await anext(second), list)
     assert _followers[gateway][REF] == 2
