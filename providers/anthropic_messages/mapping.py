@@ -20,7 +20,7 @@ import orjson
 
 from providers.anthropic_messages.usage import merge_anthropic_usage
 from providers.context import RunContext
-from providers.errors import UpstreamError
+from providers.errors import UpstreamError, UpstreamProtocolError
 from providers.model_calls import parse_arguments
 
 __all__ = ["EVENT_HANDLERS", "AnthropicCall", "close_blocks", "handle_event"]
@@ -100,6 +100,9 @@ def _close_block(call: AnthropicCall, ctx: RunContext, block: Block, *, truncate
     elif block.kind == "redacted" and ident is not None:
         ctx.complete_reasoning(ident)
     elif block.kind in ("tool", "server_tool") and ident is not None:
+        if not ctx.is_open("tool", ident):  # its result block ended it (no block stop came)
+            call.raw_blocks.append(block.raw)
+            return
         ok, value = parse_arguments(block.json)
         if not ok:
             ctx.fail_tool(ident, TRUNCATED)
@@ -181,7 +184,7 @@ def on_ignored(call: AnthropicCall, ctx: RunContext, event: Mapping[str, Any]) -
 def _start_text(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[str, Any]) -> Block:
     block = Block("text", raw)
     message_id = _ensure_message(call, ctx)
-    if raw.get("text"):
+    if _str(raw.get("text")):
         ctx.message_delta(message_id, raw["text"])
     return block
 
@@ -189,7 +192,7 @@ def _start_text(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[str,
 def _start_thinking(call: AnthropicCall, ctx: RunContext, index: int, raw: dict[str, Any]) -> Block:
     ident = f"rsn_{call.number}_{call.messages_started}_{index}"
     ctx.open_reasoning(ident, meta=call.meta())
-    if raw.get("thinking"):
+    if _str(raw.get("thinking")):
         ctx.reasoning_delta(ident, raw["thinking"])
     return Block("thinking", raw, ident)
 
@@ -246,9 +249,20 @@ BLOCK_STARTERS: dict[str, Callable[[AnthropicCall, RunContext, int, dict[str, An
 }
 
 
+def _check_block_start(call: AnthropicCall, ctx: RunContext, raw: Mapping[str, Any]) -> None:
+    """A block the stream cannot have: it would re-open an entity that already ended."""
+    kind = raw.get("type")
+    ident = raw.get("id")
+    if kind in ("tool_use", "server_tool_use") and isinstance(ident, str) and ctx.tool(ident):
+        raise UpstreamProtocolError(f"Anthropic: tool_use id {ident!r} appeared twice.")
+    if kind == "text" and call.message_id is not None and not call.message_open:
+        raise UpstreamProtocolError("Anthropic: a content block after the message ended.")
+
+
 def on_block_start(call: AnthropicCall, ctx: RunContext, event: Mapping[str, Any]) -> None:
     index = _index(event)
     raw = dict(event["content_block"]) if isinstance(event.get("content_block"), Mapping) else {}
+    _check_block_start(call, ctx, raw)
     previous = call.blocks.pop(index, None)
     if previous is not None:
         _close_block(call, ctx, previous, truncated=False)
@@ -256,12 +270,17 @@ def on_block_start(call: AnthropicCall, ctx: RunContext, event: Mapping[str, Any
     call.blocks[index] = starter(call, ctx, index, raw)
 
 
+def _str(value: Any) -> str:
+    """A start block's text-like field, or "" when the upstream sent null or another type."""
+    return value if isinstance(value, str) else ""
+
+
 def _text_delta(
     call: AnthropicCall, ctx: RunContext, block: Block, delta: Mapping[str, Any]
 ) -> None:
     text = delta.get("text")
     if isinstance(text, str) and text:
-        block.raw["text"] = block.raw.get("text", "") + text
+        block.raw["text"] = _str(block.raw.get("text")) + text
         ctx.message_delta(_ensure_message(call, ctx), text)
 
 
@@ -270,7 +289,7 @@ def _thinking_delta(
 ) -> None:
     text = delta.get("thinking")
     if isinstance(text, str) and text and block.entity_id is not None:
-        block.raw["thinking"] = block.raw.get("thinking", "") + text
+        block.raw["thinking"] = _str(block.raw.get("thinking")) + text
         ctx.reasoning_delta(block.entity_id, text)
 
 
@@ -279,7 +298,7 @@ def _signature_delta(
 ) -> None:
     signature = delta.get("signature")
     if isinstance(signature, str):
-        block.raw["signature"] = block.raw.get("signature", "") + signature
+        block.raw["signature"] = _str(block.raw.get("signature")) + signature
 
 
 def _json_delta(
