@@ -296,27 +296,43 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
     """While a stalled subscriber still holds a large snapshot frame, a new subscriber gets
     that frame (older cursor) plus the log entries since — exactly once, in order — instead
     of a serialized copy of its own."""
+    from app.backends import ConversationRef
+    from app.sse import _snapshots
+
     settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
     path = "/v1/conversations/mid/events"
+    ref = ConversationRef("anonymous", "mid")
     async with gw.client() as client:
-        await start_run(client, "mid", "text:100:20000 sleep:0.6 text:5 sleep:0.8 text:20")
-        first = await wait_state(
-            client, "mid", lambda s: len(str(s["messages"])) > 100 * 20000, within=10
-        )
+        await start_run(client, "mid", "text:100:20000 sleep:3 text:5 sleep:30")
+        await wait_state(client, "mid", lambda s: len(str(s["messages"])) > 100 * 20000)
         stalled = await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
         try:
-            await wait_state(
-                client, "mid", lambda s: s["cursor"] != first["cursor"], within=10
-            )  # the 5 small deltas are logged: a later cursor
-            frames = await collect_sse(client, path, stop=terminal)
+            in_flight = None
+            for _ in range(500):  # the stalled subscriber's snapshot frame is being sent
+                in_flight = _snapshots.get(gw.gateway, {}).get((ref, True))
+                if in_flight is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert in_flight is not None
+            shared_cursor = in_flight.cursor
+            del in_flight
+            later = await wait_state(
+                client, "mid", lambda s: s["cursor"] != shared_cursor, within=10
+            )  # the 5 small deltas are logged: the new subscriber's snapshot is later
+            frames = await collect_sse(
+                client, path, stop=lambda f: sum(x.event == "message" for x in f) >= 5
+            )
             assert frames[0].event == "snapshot"
-            shared_cursor = frames[0].id
-            assert shared_cursor == first["cursor"]  # the stalled subscriber's snapshot
+            assert frames[0].id == shared_cursor != later["cursor"]
             got = [f.id for f in frames[1:] if f.event == "message"]
-            log = await collect_sse(client, f"{path}?untilIdle=true&since={shared_cursor}")
+            log = await collect_sse(
+                client,
+                f"{path}?since={shared_cursor}",
+                stop=lambda f: sum(x.event == "message" for x in f) >= 5,
+            )
             assert got == [f.id for f in log if f.event == "message"]
-            assert len(got) >= 5 + 20 + 2
             assert _queued(gw) < 512 * 1024
+            await client.post("/v1/conversations/mid/abort", json={})
         finally:
             stalled.close()
