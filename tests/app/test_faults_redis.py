@@ -16,12 +16,19 @@ import orjson
 from httpx_sse import aconnect_sse
 
 from app.backends import EMPTY_CURSOR
+from core.kinds import ENTITY_MAPS, TERMINAL_STATUSES
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
-from tests.app.redis_support import PrivateRedis, private_redis, serve_slow_upstream
+from tests.app.redis_support import (
+    PrivateRedis,
+    SlowUpstream,
+    private_redis,
+    serve_slow_upstream,
+)
 
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
+LEASE_TTL = 3
 
 
 async def _subscriber(
@@ -63,62 +70,127 @@ async def _until(predicate: Any, within: float) -> None:
 
 
 async def test_redis_stopped_mid_run(start_gateway: StartGateway) -> None:
+    """A short outage (well within the lease TTL): the run goes on and completes."""
     with private_redis() as redis:
         async with serve_slow_upstream(chunks=80, interval=0.04) as upstream:
             await _scenario(start_gateway, redis, upstream.url)
 
 
-async def _scenario(start_gateway: StartGateway, redis: PrivateRedis, url: str) -> None:
-    settings = make_settings(
+async def test_redis_outage_beyond_lease_ttl(start_gateway: StartGateway) -> None:
+    """An outage longer than the lease TTL: the owner gives the run up at its lease deadline and
+    the run ends ``run.failed`` ``gateway_instance_lost`` exactly once, every entity closed,
+    nothing of the old owner appended after the fence."""
+    with private_redis() as redis:
+        async with serve_slow_upstream(chunks=400, interval=0.04) as upstream:
+            await _long_outage(start_gateway, redis, upstream)
+
+
+def _settings(redis: PrivateRedis, url: str) -> Any:
+    return make_settings(
         gateway={
             "backend": "redis",
             "redis_url": redis.url,
             "default_provider": "slow",
-            "lease_ttl_seconds": 3,
+            "lease_ttl_seconds": LEASE_TTL,
             "heartbeat_seconds": 0.5,
         },
         providers={"slow": {"kind": "openai-chat", "url": url, "model": "m"}},
     )
-    gw = await start_gateway(settings)
-    async with gw.client(timeout=5.0) as client:
-        got: list[dict[str, Any]] = []
-        done = asyncio.Event()
-        subscriber = asyncio.create_task(_subscriber(client, "c1", got, done))
-        await asyncio.sleep(0.2)
-        accepted = await start_run(client, "c1", "tell me")
-        await _until(lambda: sum(e["type"] == "message.delta" for e in got) >= 10, 10)
 
-        redis.stop()  # SIGTERM: Redis saves its RDB, like a restart with persistence
-        down_at = time.monotonic()
-        refused = await client.post("/v1/conversations/c2/runs", json={"input": {"prompt": "x"}})
-        assert refused.status_code == 503, refused.text
-        assert refused.json()["error"]["code"] == "backend_unavailable"
-        assert (await client.get("/healthz")).status_code == 200
-        assert (await client.get("/readyz")).status_code == 503
-        assert time.monotonic() - down_at < 3  # fast answers, not hangs
-        await asyncio.sleep(1.0)
-        redis.start()
 
-        await asyncio.wait_for(done.wait(), 30)
-        await subscriber
-        state = await wait_state(client, "c1", lambda s: s["activeRunId"] is None, within=20)
-        run = state["agentState"]["runs"][accepted["runId"]]
-        assert run["status"] in ("completed", "failed")
-        log = events_of(
-            await collect_sse(
-                client, f"/v1/conversations/c1/events?untilIdle=true&since={EMPTY_CURSOR}"
-            )
+async def _through_outage(
+    client: httpx.AsyncClient, redis: PrivateRedis, outage: float
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Start a run, stop Redis for ``outage`` seconds mid-run, wait for the run's end.
+
+    -> (the 202 body, the run's state, the whole log, what a reconnecting subscriber got)."""
+    got: list[dict[str, Any]] = []
+    done = asyncio.Event()
+    subscriber = asyncio.create_task(_subscriber(client, "c1", got, done))
+    await asyncio.sleep(0.2)
+    accepted = await start_run(client, "c1", "tell me")
+    await _until(lambda: sum(e["type"] == "message.delta" for e in got) >= 10, 10)
+
+    redis.stop()  # SIGTERM: Redis saves its RDB, like a restart with persistence
+    down_at = time.monotonic()
+    refused = await client.post("/v1/conversations/c2/runs", json={"input": {"prompt": "x"}})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "backend_unavailable"
+    assert (await client.get("/healthz")).status_code == 200
+    assert (await client.get("/readyz")).status_code == 503
+    assert time.monotonic() - down_at < 3  # fast answers, not hangs
+    await asyncio.sleep(max(0.0, outage - (time.monotonic() - down_at)))
+    redis.start()
+
+    await asyncio.wait_for(done.wait(), 30)
+    await subscriber
+    state = await wait_state(client, "c1", lambda s: s["activeRunId"] is None, within=20)
+    run = state["agentState"]["runs"][accepted["runId"]]
+    log = events_of(
+        await collect_sse(
+            client, f"/v1/conversations/c1/events?untilIdle=true&since={EMPTY_CURSOR}"
         )
-        ends = [e for e in log if e["type"] in TERMINALS]
-        assert len(ends) == 1 and ends[0]["runId"] == accepted["runId"]
-        assert log[-1] is ends[0]
-        # Nothing acknowledged is lost: what the subscriber got is in the log, in order.
-        logged_ids = [e["eventId"] for e in log]
-        got_ids = [e["eventId"] for e in got]
-        assert len(got_ids) == len(set(got_ids)), "an event was delivered twice"
-        positions = [logged_ids.index(i) for i in got_ids]
-        assert positions == sorted(positions)
-        # And the gateway serves other conversations again.
-        other = await start_run(client, "c2", "again")
-        final = await wait_state(client, "c2", lambda s: s["activeRunId"] is None, within=20)
-        assert final["agentState"]["runs"][other["runId"]]["status"] == "completed"
+    )
+    ends = [e for e in log if e["type"] in TERMINALS]
+    assert len(ends) == 1 and ends[0]["runId"] == accepted["runId"]
+    assert log[-1] is ends[0]
+    # Nothing acknowledged is lost: what the subscriber got is in the log, in order.
+    logged_ids = [e["eventId"] for e in log]
+    got_ids = [e["eventId"] for e in got]
+    assert len(got_ids) == len(set(got_ids)), "an event was delivered twice"
+    positions = [logged_ids.index(i) for i in got_ids]
+    assert positions == sorted(positions)
+    # Nothing was appended twice (a retried append whose first attempt landed) or out of order.
+    sequences = [e["sequence"] for e in log if e["runId"] == accepted["runId"]]
+    assert sequences == list(range(sequences[0], sequences[0] + len(sequences)))
+    assert len(logged_ids) == len(set(logged_ids))
+    return accepted, run, log, got
+
+
+async def _other_conversation_runs(client: httpx.AsyncClient) -> None:
+    other = await start_run(client, "c2", "again")
+    final = await wait_state(client, "c2", lambda s: s["activeRunId"] is None, within=20)
+    assert final["agentState"]["runs"][other["runId"]]["status"] == "completed"
+
+
+async def _scenario(start_gateway: StartGateway, redis: PrivateRedis, url: str) -> None:
+    gw = await start_gateway(_settings(redis, url))
+    async with gw.client(timeout=5.0) as client:
+        _, run, log, _ = await _through_outage(client, redis, outage=1.0)
+        assert run["status"] == "completed", run
+        assert log[-1]["type"] == "run.completed"
+        # The whole answer made it (appends during the outage were retried, none dropped).
+        text = "".join(e["payload"].get("delta", "") for e in log if e["type"] == "message.delta")
+        assert text == "".join(f"w{i} " for i in range(80))
+        await _other_conversation_runs(client)
+
+
+async def _long_outage(
+    start_gateway: StartGateway, redis: PrivateRedis, upstream: SlowUpstream
+) -> None:
+    gw = await start_gateway(_settings(redis, upstream.url))
+    async with gw.client(timeout=5.0) as client:
+        accepted, run, log, _ = await _through_outage(client, redis, outage=LEASE_TTL + 1.5)
+        assert run["status"] == "failed", run
+        assert run["error"]["code"] == "gateway_instance_lost"
+        failed = log[-1]
+        assert failed["type"] == "run.failed"
+        assert failed["payload"]["error"]["code"] == "gateway_instance_lost"
+        # The owner stopped writing at the fence: after the first closure event (written by the
+        # instance that took over) there are only closures, then run.failed, and nothing else.
+        lost = [
+            i
+            for i, e in enumerate(log)
+            if e["payload"].get("error", {}).get("code") == "gateway_instance_lost"
+            or e["payload"].get("decision") == "expired"
+        ]
+        assert lost == list(range(lost[0], len(log))), [e["type"] for e in log[lost[0] :]]
+        assert all(e["runId"] == accepted["runId"] for e in log[lost[0] :])
+        # Every entity of the run is closed.
+        state = (await client.get("/v1/conversations/c1/state")).json()["agentState"]
+        entities = [e for name in ENTITY_MAPS.values() for e in state.get(name, {}).values()]
+        assert entities, "the run had opened a message"
+        assert all(e["status"] in TERMINAL_STATUSES for e in entities), entities
+        assert upstream.disconnected.is_set()  # the owner closed its upstream when it gave up
+        assert upstream.finished == 0
+        await _other_conversation_runs(client)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -484,9 +485,11 @@ class RedisBackend(Backend):
         with unavailable():
             # ownership.claim, ordered by the queue: a queued run only when it is first, a
             # run that was not queued only when nobody waits.
+            claimed_at = time.monotonic()  # the lease is valid for its TTL from (at least) here
             claim = await self.queue.claim(keys, run_id, ticketed)
             if claim.status == "lost":
                 await self.reaper.reap(keys, Token(claim.holder))
+                claimed_at = time.monotonic()
                 claim = await self.queue.claim(keys, run_id, ticketed)
             if claim.status == "gone":
                 self.tickets.discard(keys, run_id)
@@ -515,13 +518,15 @@ class RedisBackend(Backend):
             control.abort(reason)  # type: ignore[arg-type]
 
         lost = asyncio.Event()
+        # Appends that fail while Redis is unreachable are retried until the lease's deadline.
+        keeper = LeaseKeeper(self.ownership, keys, token, lost, granted_at=claimed_at)
         owned = OwnedRun(
             keys=keys,
             token=token,
             control=control,
-            writer=FencedWriter(self.log, keys, token.raw),
+            writer=FencedWriter(self.log, keys, token.raw, deadline=keeper.deadline),
             state=state,
-            keeper=LeaseKeeper(self.ownership, keys, token, lost),
+            keeper=keeper,
             inbox=OwnerInbox(
                 self.redis,
                 self.bus,

@@ -13,12 +13,16 @@ single ``EVALSHA`` (one round trip for the whole batch), and the script rejects 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import APPEND
@@ -27,6 +31,12 @@ KIND_EVENT = "e"
 KIND_EXTENSION = "x"
 ZERO_ID = "0-0"
 APPROXIMATE_TRIM_FROM = 1000
+#: Pause between two attempts of an append that failed because Redis was unreachable.
+RETRY_INTERVAL = 0.1
+#: Failures after which an append may be retried (the batch may or may not have landed).
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+log = logging.getLogger("app.backends.redis")
 
 
 class Fenced(Exception):
@@ -190,12 +200,27 @@ class EventLog:
 
 
 class FencedWriter:
-    """Coalesces concurrent appends of one owner into one script call per round trip."""
+    """Coalesces concurrent appends of one owner into one script call per round trip.
 
-    def __init__(self, log: EventLog, keys: ConversationKeys, token: str) -> None:
+    With ``deadline`` (a ``time.monotonic()`` value until which the owner's lease is surely
+    valid), an append that fails because Redis is unreachable is retried, in order (later
+    batches wait behind it), until that deadline: before each new attempt the log's tail is
+    checked so a batch that landed (its reply lost) is not written twice. Past the deadline the
+    writer gives up for good: that append and every later one raise :class:`Fenced`.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        keys: ConversationKeys,
+        token: str,
+        deadline: Callable[[], float] | None = None,
+    ) -> None:
         self._log = log
         self._keys = keys
         self.token = token
+        self._deadline = deadline
+        self._given_up = False
         self._queue: _Batch | None = None
         self._lock = asyncio.Lock()
         self._flushes: set[asyncio.Future[None]] = set()
@@ -233,14 +258,46 @@ class FencedWriter:
                 self._queue = None
             assert batch.done is not None
             try:
-                ids = await self._log.append(
+                ids = await self._write(batch)
+            except Exception as exc:
+                batch.done.set_exception(exc)
+                return
+            batch.done.set_result(ids)
+
+    async def _write(self, batch: _Batch) -> list[str]:
+        if self._given_up:
+            raise Fenced(self.token)
+        attempt = 0
+        while True:
+            try:
+                if attempt and batch.items:
+                    landed = await self._landed(batch.items)
+                    if landed is not None:
+                        return landed
+                return await self._log.append(
                     self._keys,
                     self.token,
                     batch.items,
                     release=batch.release,
                     snapshot=batch.snapshot,
                 )
-            except Exception as exc:
-                batch.done.set_exception(exc)
-                return
-            batch.done.set_result(ids)
+            except TRANSIENT as exc:
+                if self._deadline is None:
+                    raise
+                if time.monotonic() + RETRY_INTERVAL >= self._deadline():
+                    self._given_up = True
+                    log.warning("append of %s given up at its lease deadline: %s", self.token, exc)
+                    raise Fenced(self.token) from exc
+                attempt += 1
+                await asyncio.sleep(RETRY_INTERVAL)
+
+    async def _landed(self, items: Sequence[Pending]) -> list[str] | None:
+        """The ids of ``items`` if they are the log's last entries (an earlier attempt landed)."""
+        reply = await self._log.redis.xrevrange(self._keys.log, count=len(items))
+        tail = entries_from_reply(reply or [])[::-1]
+        if len(tail) != len(items):
+            return None
+        for entry, item in zip(tail, items, strict=True):
+            if entry.kind != item.kind or entry.data != item.data:
+                return None
+        return [entry.id for entry in tail]

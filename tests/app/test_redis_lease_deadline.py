@@ -1,0 +1,170 @@
+"""An owner rides out a short Redis outage until its lease's own deadline, and not beyond.
+
+:class:`FencedWriter` retries an append that failed because Redis was unreachable, in order,
+without writing a batch twice when an attempt landed but its reply was lost; past the lease
+deadline it gives up (``Fenced``) for good. :class:`LeaseKeeper` tolerates failed renewals
+until the deadline, then reports the lease lost without renewing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app.backends.redis.eventlog import KIND_EVENT, Fenced, FencedWriter, Pending
+from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.ownership import LeaseKeeper, Token
+
+KEYS = ConversationKeys("t", "c1")
+
+
+class FlakyLog:
+    """An EventLog stand-in: a list as the stream; ``down`` makes calls fail like a dead Redis.
+
+    ``lose_reply`` makes the next append land and then fail as if the connection dropped."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, bytes]] = []
+        self.down = False
+        self.lose_reply = False
+        self.calls = 0
+        self.redis = self
+
+    async def append(self, keys: ConversationKeys, token: str, items: Any, **_: Any) -> list[str]:
+        self.calls += 1
+        if self.down:
+            raise RedisConnectionError("Connection refused")
+        ids = []
+        for item in items:
+            ids.append(f"{len(self.entries) + 1}-0")
+            self.entries.append((ids[-1], item.kind, item.data))
+        if self.lose_reply:
+            self.lose_reply = False
+            raise RedisConnectionError("Connection reset by peer")
+        return ids
+
+    async def xrevrange(self, name: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        if self.down:
+            raise RedisConnectionError("Connection refused")
+        tail = self.entries[-count:][::-1]
+        return [(i.encode(), {b"k": k.encode(), b"d": d}) for i, k, d in tail]
+
+
+def _item(n: int) -> Pending:
+    return Pending(KIND_EVENT, f'{{"n":{n}}}'.encode(), "message.delta", "r1")
+
+
+async def _outage(log: FlakyLog, seconds: float) -> None:
+    log.down = True
+    await asyncio.sleep(seconds)
+    log.down = False
+
+
+async def test_appends_during_a_short_outage_land_in_order() -> None:
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    await writer.append([_item(0)])
+    outage = asyncio.create_task(_outage(log, 0.5))
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(writer.append([_item(n)]) for n in range(1, 6)))
+    await outage
+    assert [d for _, _, d in log.entries] == [_item(n).data for n in range(6)]
+    assert [ids[0] for ids in results] == [f"{n}-0" for n in range(2, 7)]
+    assert log.calls > 2  # it really failed and was retried
+
+
+async def test_a_retried_append_whose_reply_was_lost_is_not_written_twice() -> None:
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    log.lose_reply = True
+    ids = await writer.append([_item(0), _item(1)])
+    assert ids == ["1-0", "2-0"]
+    assert len(log.entries) == 2
+    await writer.append([_item(2)])
+    assert [d for _, _, d in log.entries] == [_item(n).data for n in range(3)]
+
+
+async def test_past_the_lease_deadline_the_writer_gives_up_for_good() -> None:
+    log = FlakyLog()
+    deadline = time.monotonic() + 0.4
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: deadline)  # type: ignore[arg-type]
+    log.down = True
+    started = time.monotonic()
+    with pytest.raises(Fenced):
+        await writer.append([_item(0)])
+    assert time.monotonic() - started < 1.0
+    log.down = False
+    with pytest.raises(Fenced):  # Redis is back, but this owner no longer writes
+        await writer.append([_item(1)])
+    assert log.entries == []
+
+
+async def test_without_a_deadline_a_failed_append_raises_at_once() -> None:
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "")  # type: ignore[arg-type]
+    log.down = True
+    with pytest.raises(RedisConnectionError):
+        await writer.append([_item(0)])
+    assert log.calls == 1
+
+
+class FlakyOwnership:
+    """Ownership stand-in: ``renew`` fails while ``down``; counts renewals."""
+
+    def __init__(self, ttl_ms: int) -> None:
+        self.lease_ttl_ms = ttl_ms
+        self.down = False
+        self.renewed = 0
+
+    async def renew(self, keys: ConversationKeys, token: Token) -> bool:
+        if self.down:
+            raise RedisConnectionError("Connection refused")
+        self.renewed += 1
+        return True
+
+    async def mark(self, keys: ConversationKeys) -> None:
+        if self.down:
+            raise RedisConnectionError("Connection refused")
+
+
+async def test_keeper_tolerates_failed_renewals_until_the_deadline() -> None:
+    own = FlakyOwnership(900)
+    lost = asyncio.Event()
+    keeper = LeaseKeeper(own, KEYS, Token("1|a|r1"), lost)  # type: ignore[arg-type]
+    keeper.start()
+    try:
+        await asyncio.sleep(0.35)
+        own.down = True
+        first = keeper.deadline()
+        await asyncio.sleep(0.4)  # shorter than the lease: renewals fail meanwhile
+        assert not lost.is_set()
+        own.down = False
+        before = own.renewed
+        await asyncio.sleep(0.25)
+        assert own.renewed > before  # retried quickly once Redis answered again
+        assert keeper.deadline() > first
+        await asyncio.sleep(0.6)
+        assert not lost.is_set()
+    finally:
+        await keeper.stop()
+
+
+async def test_keeper_reports_the_lease_lost_at_its_deadline() -> None:
+    own = FlakyOwnership(600)
+    lost = asyncio.Event()
+    keeper = LeaseKeeper(own, KEYS, Token("1|a|r1"), lost)  # type: ignore[arg-type]
+    own.down = True
+    keeper.start()
+    try:
+        await asyncio.wait_for(lost.wait(), 2)
+        assert time.monotonic() >= keeper.deadline()
+        own.down = False
+        renewed = own.renewed
+        await asyncio.sleep(0.3)
+        assert own.renewed == renewed == 0  # a lapsed lease is never renewed by its old owner
+    finally:
+        await keeper.stop()
