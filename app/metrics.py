@@ -29,6 +29,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from core.events import EVENT_TYPES
+
 __all__ = [
     "ERROR_CODES",
     "EVENT_TYPES",
@@ -46,42 +48,6 @@ __all__ = [
 OTHER: Final = "other"
 METRICS_CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
-EVENT_TYPES: Final = frozenset(
-    {
-        "session.started",
-        "run.started",
-        "run.completed",
-        "run.failed",
-        "run.cancelled",
-        "message.started",
-        "message.delta",
-        "message.completed",
-        "message.failed",
-        "message.cancelled",
-        "reasoning.started",
-        "reasoning.delta",
-        "reasoning.completed",
-        "reasoning.failed",
-        "reasoning.cancelled",
-        "tool.requested",
-        "tool.arguments_delta",
-        "tool.running",
-        "tool.completed",
-        "tool.failed",
-        "tool.cancelled",
-        "approval.requested",
-        "approval.resolved",
-        "task.created",
-        "task.updated",
-        "task.completed",
-        "task.failed",
-        "task.cancelled",
-        "artifact.created",
-        "artifact.updated",
-        "artifact.completed",
-        "artifact.failed",
-    }
-)
 OUTCOMES: Final = frozenset({"completed", "failed", "cancelled"})
 TRANSPORTS: Final = frozenset({"sse", "ws"})
 ISSUE_CODES: Final = frozenset(

@@ -29,6 +29,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.loopback_asgi import serve_asgi
+
 SHARED_REDIS_URL = os.environ.get("AGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -173,20 +175,9 @@ async def serve_slow_upstream(
 ) -> AsyncIterator[SlowUpstream]:
     mock = SlowUpstream(chunks, interval)
     app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    mock.url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    try:
+    async with serve_asgi(app) as port:
+        mock.url = f"http://127.0.0.1:{port}/v1/chat/completions"
         yield mock
-    finally:
-        server.should_exit = True
-        await task
 
 
 # --- gateway instances in their own processes ------------------------------------------------

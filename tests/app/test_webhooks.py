@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,6 +33,7 @@ from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
+from tests.loopback_asgi import serve_asgi
 
 SECRET = "whsec-loopback-test"
 
@@ -70,20 +70,9 @@ class Receiver:
 @asynccontextmanager
 async def serve_receiver(receiver: Receiver) -> AsyncIterator[Receiver]:
     app = Starlette(routes=[Route("/hook", receiver.handle, methods=["POST"])])
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    receiver.url = f"http://127.0.0.1:{port}/hook"
-    try:
+    async with serve_asgi(app) as port:
+        receiver.url = f"http://127.0.0.1:{port}/hook"
         yield receiver
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def gateway_for(

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tests.loopback_asgi import serve_asgi
 
 UP_SESSION = "up-session"
 UP_RUN = "up-run"
@@ -230,19 +231,6 @@ class Loopback:
 @asynccontextmanager
 async def serve_loopback() -> AsyncIterator[Loopback]:
     loopback = Loopback()
-    config = uvicorn.Config(
-        loopback.app(), host="127.0.0.1", port=0, log_level="critical", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    loopback.url = f"127.0.0.1:{port}"
-    try:
+    async with serve_asgi(loopback.app(), log_level="critical") as port:
+        loopback.url = f"127.0.0.1:{port}"
         yield loopback
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)

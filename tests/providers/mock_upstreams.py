@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.loopback_asgi import serve_asgi
 
 Frames = list[str]
 Responder = Callable[[dict[str, Any]], Frames]
@@ -62,20 +63,9 @@ async def serve_mock(
 ) -> AsyncIterator[MockUpstream]:
     mock = MockUpstream(list(responses), delay=delay)
     app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    mock.url = f"http://127.0.0.1:{port}/v1/endpoint"
-    try:
+    async with serve_asgi(app) as port:
+        mock.url = f"http://127.0.0.1:{port}/v1/endpoint"
         yield mock
-    finally:
-        server.should_exit = True
-        await task
 
 
 def _data(payload: Any) -> str:
