@@ -26,6 +26,7 @@ from tests.app.redis_support import (
     private_redis,
     serve_slow_upstream,
 )
+from tests.app.test_redis_cluster import Subscriber, cluster, is_terminal, post_run
 
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
 LEASE_TTL = 3
@@ -194,3 +195,33 @@ async def _long_outage(
         assert upstream.disconnected.is_set()  # the owner closed its upstream when it gave up
         assert upstream.finished == 0
         await _other_conversation_runs(client)
+
+
+async def test_short_outage_two_instances_no_takeover() -> None:
+    """A run on A, a subscriber on B: Redis stops ~1 s mid-run. B (whose sweep and reader ticks
+    look for lost owners) never takes the run over while A's lease is valid: the run completes
+    on A with the whole answer, each event once, in order."""
+    with private_redis() as redis:
+        async with (
+            serve_slow_upstream(chunks=80, interval=0.04) as upstream,
+            cluster(upstream.url, redis_url=redis.url, lease_ttl=LEASE_TTL) as (a, b),
+        ):
+            sub = Subscriber(b.url, "c1", is_terminal)
+            await sub.started()
+            res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
+            assert res.status_code == 202, res.text
+            await _until(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10)
+            redis.stop()
+            await asyncio.sleep(1.0)
+            redis.start()
+            events = await sub.done(30)
+            assert events[-1]["type"] == "run.completed", events[-1]
+            assert upstream.finished == 1
+            assert len(set(sub.ids)) == len(sub.ids)
+            seqs = [e["sequence"] for e in events if e["runId"] == res.json()["runId"]]
+            assert seqs == list(range(len(seqs)))
+            text = "".join(
+                e["payload"].get("delta", "") for e in events if e["type"] == "message.delta"
+            )
+            assert text == "".join(f"w{i} " for i in range(80))
+            assert "lost its owner" not in a.output() + b.output()
