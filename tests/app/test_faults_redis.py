@@ -225,3 +225,43 @@ async def test_short_outage_two_instances_no_takeover() -> None:
             )
             assert text == "".join(f"w{i} " for i in range(80))
             assert "lost its owner" not in a.output() + b.output()
+
+
+async def test_outage_beyond_lease_ttl_two_instances_one_ending() -> None:
+    """A run on A, a subscriber on B, Redis down longer than the lease TTL: exactly one instance
+    ends the run ``gateway_instance_lost`` (once), and A appends nothing after the fence."""
+    with private_redis() as redis:
+        async with (
+            serve_slow_upstream(chunks=400, interval=0.04) as upstream,
+            cluster(upstream.url, redis_url=redis.url, lease_ttl=LEASE_TTL) as (a, b),
+        ):
+            sub = Subscriber(b.url, "c1", is_terminal)
+            await sub.started()
+            res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
+            assert res.status_code == 202, res.text
+            run_id = res.json()["runId"]
+            await _until(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10)
+            redis.stop()
+            await asyncio.sleep(LEASE_TTL + 1.5)
+            redis.start()
+            events = await sub.done(30)
+            assert upstream.disconnected.is_set() and upstream.finished == 0
+            await asyncio.sleep(1.0)  # a stale append from A would land now, if it could
+            async with httpx.AsyncClient(base_url=b.url, timeout=10.0) as client:
+                log = events_of(
+                    await collect_sse(
+                        client,
+                        f"/v1/conversations/c1/events?untilIdle=true&since={EMPTY_CURSOR}",
+                    )
+                )
+                state = (await client.get("/v1/conversations/c1/state")).json()["agentState"]
+            ends = [e for e in log if e["type"] in TERMINALS]
+            assert len(ends) == 1 and log[-1] is ends[0] and events[-1] == ends[0]
+            assert ends[0]["type"] == "run.failed"
+            assert ends[0]["payload"]["error"]["code"] == "gateway_instance_lost"
+            seqs = [e["sequence"] for e in log if e["runId"] == run_id]
+            assert seqs == list(range(len(seqs)))
+            assert state["runs"][run_id]["status"] == "failed"
+            entities = [e for name in ENTITY_MAPS.values() for e in state.get(name, {}).values()]
+            assert entities and all(e["status"] in TERMINAL_STATUSES for e in entities)
+            assert (a.output() + b.output()).count(f"run {run_id} lost its owner") == 1

@@ -168,3 +168,22 @@ async def test_keeper_reports_the_lease_lost_at_its_deadline() -> None:
         assert own.renewed == renewed == 0  # a lapsed lease is never renewed by its old owner
     finally:
         await keeper.stop()
+
+
+class HangingOwnership(FlakyOwnership):
+    """Renewals that never answer (a Redis unreachable without a connection reset)."""
+
+    async def renew(self, keys: ConversationKeys, token: Token) -> bool:
+        await asyncio.sleep(3600)
+        return True
+
+
+async def test_a_hanging_renewal_does_not_outlive_the_deadline() -> None:
+    own = HangingOwnership(600)
+    lost = asyncio.Event()
+    keeper = LeaseKeeper(own, KEYS, Token("1|a|r1"), lost)  # type: ignore[arg-type]
+    keeper.start()
+    try:
+        await asyncio.wait_for(lost.wait(), 1.5)
+    finally:
+        await keeper.stop()

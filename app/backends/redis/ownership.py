@@ -168,7 +168,9 @@ class LeaseKeeper:
                 self._lost.set()
                 return
             try:
-                if not await self._own.renew(self._keys, self._token):
+                # A renewal hanging (Redis unreachable, no reset) is bounded by the deadline.
+                renewal = self._own.renew(self._keys, self._token)
+                if not await asyncio.wait_for(renewal, max(0.01, self._deadline - sent)):
                     log.warning("run %s lost its lease (fenced)", self._token.run_id)
                     self._lost.set()
                     return
