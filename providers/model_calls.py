@@ -7,11 +7,70 @@ and ``run.completed`` carries the normalised usage with the raw upstream usage i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
+import orjson
+
+from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
+from providers.contract import AgentTransport
+from providers.transports.sse import SSETransport
 
-__all__ = ["add_usage", "finish_run", "parse_arguments"]
+__all__ = [
+    "ModelApiConfig",
+    "ModelApiProvider",
+    "add_usage",
+    "content_text",
+    "finish_run",
+    "parse_arguments",
+]
+
+
+class ModelApiConfig(TypedDict, total=False):
+    url: str
+    model: str | None
+    headers: Mapping[str, str] | None
+    params: Mapping[str, Any] | None
+    transport: AgentTransport | None
+    max_event_bytes: int | None
+
+
+class ModelApiProvider(ProviderBase):
+    """The configuration every model-API provider takes (endpoint, model, headers, params)."""
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        url: str = "",
+        model: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        transport: AgentTransport | None = None,
+        max_event_bytes: int | None = None,
+    ) -> None:
+        transport = transport or SSETransport()
+        super().__init__(id, transport, standard_capabilities([transport.kind]))
+        self.url = url
+        self.model = model
+        self.headers = dict(headers or {})
+        self.params = dict(params or {})
+        self.max_event_bytes = max_event_bytes
+
+
+def content_text(content: Any) -> str:
+    """The text of AgentMessageContent (text parts joined); other values as JSON text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return orjson.dumps(content).decode()
 
 
 def add_usage(
@@ -25,8 +84,6 @@ def add_usage(
 
 def parse_arguments(arguments: str) -> tuple[bool, Any]:
     """(ok, value) for a tool's accumulated argument text; empty text is ``{}``."""
-    import orjson
-
     if not arguments.strip():
         return True, {}
     try:

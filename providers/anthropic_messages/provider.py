@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
 from providers.anthropic_messages.mapping import AnthropicCall, close_blocks, handle_event
 from providers.anthropic_messages.request import build_messages_request, remember_assistant_turn
 from providers.anthropic_messages.usage import normalise_anthropic_usage
-from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
-from providers.contract import AgentEvent, AgentTransport, Command
+from providers.contract import AgentEvent, Command
 from providers.errors import UpstreamDropped, UpstreamMalformedChunk
-from providers.model_calls import add_usage, finish_run
+from providers.model_calls import ModelApiConfig, ModelApiProvider, add_usage, finish_run
 from providers.transports.request import UpstreamRequest
-from providers.transports.sse import SSETransport
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicMessagesProvider"]
 
@@ -47,29 +45,14 @@ def decode_event(chunk: Any) -> Mapping[str, Any]:
     return payload
 
 
-class AnthropicMessagesProvider(ProviderBase):
+class AnthropicMessagesProvider(ModelApiProvider):
     """``tool_use`` goes to the app (§9); after ``tool.submit_result`` the next model call
     carries the assistant turn's raw blocks (thinking signatures included, from the transcript)
     and the ``tool_result`` blocks, within the same run."""
 
-    def __init__(
-        self,
-        id: str = "anthropic-messages",
-        *,
-        url: str = "",
-        model: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
-        transport: AgentTransport | None = None,
-        max_event_bytes: int | None = None,
-    ) -> None:
-        transport = transport or SSETransport()
-        super().__init__(id, transport, standard_capabilities([transport.kind]))
-        self.url = url
-        self.model = model
-        self.headers = {"anthropic-version": ANTHROPIC_VERSION, **dict(headers or {})}
-        self.params = dict(params or {})
-        self.max_event_bytes = max_event_bytes
+    def __init__(self, id: str = "anthropic-messages", **config: Unpack[ModelApiConfig]) -> None:
+        super().__init__(id, **config)
+        self.headers = {"anthropic-version": ANTHROPIC_VERSION, **self.headers}
 
     def build_body(self, ctx: RunContext) -> dict[str, Any]:
         input = ctx.input

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from providers.model_calls import content_text
+
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "build_messages_request",
@@ -25,20 +27,6 @@ __all__ = [
 DEFAULT_MAX_TOKENS = 4096
 _TRANSCRIPT_TURNS = 64
 _TOOL_BLOCKS = ("tool_use", "server_tool_use")
-
-
-def _as_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "")
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") == "text"
-        )
-    return orjson.dumps(content).decode()
 
 
 def _source(part: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -69,7 +57,7 @@ def content_to_anthropic(content: Any) -> list[dict[str, Any]]:
                     {"type": "image" if kind == "image" else "document", "source": source}
                 )
     elif content is not None:
-        blocks.append({"type": "text", "text": _as_text(content)})
+        blocks.append({"type": "text", "text": content_text(content)})
     return blocks
 
 
@@ -86,7 +74,7 @@ def tool_result_block(tool_use_id: str, content: Any, is_error: bool = False) ->
     block: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": tool_use_id,
-        "content": _as_text(content),
+        "content": content_text(content),
     }
     if is_error:
         block["is_error"] = True
@@ -128,7 +116,7 @@ def _assistant_blocks(
     entry: Mapping[str, Any], transcript: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     calls = entry.get("toolCalls") or []
-    text = _as_text(entry.get("content"))
+    text = content_text(entry.get("content"))
     raw = _raw_turn(transcript, text, [str(c["id"]) for c in calls])
     if raw is not None:
         return raw
@@ -164,7 +152,7 @@ def history_to_anthropic(
     for entry in history:
         role = entry.get("role")
         if role in ("system", "developer"):
-            system.append(_as_text(entry.get("content")))
+            system.append(content_text(entry.get("content")))
         elif role == "assistant":
             _append(messages, "assistant", _assistant_blocks(entry, transcript))
         elif role == "tool":

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
-from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
-from providers.contract import AgentEvent, AgentTransport
+from providers.contract import AgentEvent
 from providers.errors import UpstreamDropped
-from providers.model_calls import add_usage, finish_run
+from providers.model_calls import ModelApiConfig, ModelApiProvider, add_usage, finish_run
 from providers.openai_chat.chunks import decode_chunk
 from providers.openai_chat.mapping import ModelCall, apply_chunk, finish_choice
 from providers.openai_chat.request import build_chat_request
 from providers.openai_chat.usage import normalise_openai_usage
 from providers.transports.request import UpstreamRequest
-from providers.transports.sse import SSETransport
 
 __all__ = ["OpenAIChatProvider"]
 
@@ -31,28 +29,12 @@ def _chunk_data(chunk: Any) -> str:
     return data
 
 
-class OpenAIChatProvider(ProviderBase):
+class OpenAIChatProvider(ModelApiProvider):
     """Tool calls go to the app (§9); after ``tool.submit_result`` the next model call carries
     the assistant ``tool_calls`` message and the tool messages, within the same run."""
 
-    def __init__(
-        self,
-        id: str = "openai-chat",
-        *,
-        url: str = "",
-        model: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
-        transport: AgentTransport | None = None,
-        max_event_bytes: int | None = None,
-    ) -> None:
-        transport = transport or SSETransport()
-        super().__init__(id, transport, standard_capabilities([transport.kind]))
-        self.url = url
-        self.model = model
-        self.headers = dict(headers or {})
-        self.params = dict(params or {})
-        self.max_event_bytes = max_event_bytes
+    def __init__(self, id: str = "openai-chat", **config: Unpack[ModelApiConfig]) -> None:
+        super().__init__(id, **config)
 
     # -- requests -----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
+from providers.model_calls import content_text
 
 __all__ = [
     "assistant_message",
@@ -15,20 +15,6 @@ __all__ = [
     "tool_message",
     "tools_to_openai",
 ]
-
-
-def _as_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "")
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") == "text"
-        )
-    return orjson.dumps(content).decode()
 
 
 def _part_to_openai(part: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -59,11 +45,11 @@ def content_to_openai(content: Any) -> str | list[dict[str, Any]]:
             if isinstance(part, Mapping) and (converted := _part_to_openai(part)) is not None
         ]
         return parts
-    return _as_text(content)
+    return content_text(content)
 
 
 def assistant_message(content: Any, tool_calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    text = _as_text(content)
+    text = content_text(content)
     message: dict[str, Any] = {
         "role": "assistant",
         "content": text if text or not tool_calls else None,
@@ -81,7 +67,7 @@ def assistant_message(content: Any, tool_calls: Sequence[Mapping[str, Any]]) -> 
 
 
 def tool_message(tool_call_id: str, content: Any) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": tool_call_id, "content": _as_text(content)}
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": content_text(content)}
 
 
 def history_to_openai(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
