@@ -112,6 +112,28 @@ async def test_a_fenced_owner_cannot_append_after_takeover(redis: Redis, prefix:
     assert again.status == "ok" and again.token.number == 3
 
 
+async def test_a_batch_sent_again_is_not_written_twice(redis: Redis, prefix: str) -> None:
+    # redis-py retries a command whose reply was lost: the script then runs twice.
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=1000)
+    keys = keys_for(prefix)
+    claim = await own.claim(keys, "run_1")
+    first = await log.append(keys, claim.token.raw, [ev(0), ev(1)], nonce="batch-1")
+    again = await log.append(keys, claim.token.raw, [ev(0), ev(1)], nonce="batch-1")
+    assert again == first
+    # Even when the batch that landed released the run (the lease is gone, so the retry would
+    # otherwise be refused as fenced), the retry answers the same ids.
+    last = await log.append(keys, claim.token.raw, [ev(2)], release=True, nonce="batch-2")
+    assert await log.append(keys, claim.token.raw, [ev(2)], release=True, nonce="batch-2") == last
+    # A different batch from the released token is still fenced.
+    with pytest.raises(Fenced):
+        await log.append(keys, claim.token.raw, [ev(3)], nonce="batch-3")
+    entries = await log.read_after(keys, "0-0")
+    assert entries is not None
+    assert [orjson.loads(e.data)["n"] for e in entries] == [0, 1, 2]
+    assert [e.id for e in entries] == [*first, *last]
+
+
 async def test_renewal_keeps_an_alive_owner(redis: Redis, prefix: str) -> None:
     own = Ownership(redis, "inst-a", lease_ttl_ms=200)
     keys = keys_for(prefix)

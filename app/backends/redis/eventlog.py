@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -136,8 +137,13 @@ class EventLog:
         *,
         release: bool = False,
         snapshot: SnapshotWrite | None = None,
+        nonce: str | None = None,
     ) -> list[str]:
-        """Append ``items`` atomically under ``token`` ('' = only while no run is active)."""
+        """Append ``items`` atomically under ``token`` ('' = only while no run is active).
+
+        ``nonce`` names the batch (a fresh one by default): the script sent again with the same
+        nonce, as a client-side retry after a lost reply does, answers the ids and writes nothing.
+        """
         args: list[Any] = [
             token,
             self._maxlen_arg,
@@ -149,6 +155,7 @@ class EventLog:
         ]
         for item in items:
             args.extend((item.kind, item.data, item.type, item.run_id))
+        args.append(secrets.token_hex(8) if nonce is None else nonce)
         try:
             res = await self._append(
                 keys=[
@@ -268,6 +275,7 @@ class FencedWriter:
         if self._given_up:
             raise Fenced(self.token)
         attempt = 0
+        nonce = secrets.token_hex(8)  # one per batch, so every retry of it is recognised
         while True:
             try:
                 if attempt and batch.items:
@@ -280,6 +288,7 @@ class FencedWriter:
                     batch.items,
                     release=batch.release,
                     snapshot=batch.snapshot,
+                    nonce=nonce,
                 )
             except TRANSIENT as exc:
                 if self._deadline is None:

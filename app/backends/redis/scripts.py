@@ -50,24 +50,45 @@ return token
 #: ARGV: token ('' = only when no run is active), maxlen ("~N" approximate | "=N" exact),
 #:       release (0/1),
 #:       snapshot state ('' = no snapshot), snapshot extensions, snapshot cursor when n = 0,
-#:       n, then n x (kind, data, event type, run id).
+#:       n, then n x (kind, data, event type, run id), then the batch nonce ('' = none).
 #: Appends the entries, then stores the snapshot (its cursor = the last new id), then releases
 #: the run when asked; all or nothing. -> the new stream ids. Error "FENCED" when the token no
-#: longer owns the run.
+#: longer owns the run. The nonce is stored on the batch's last entry: the same batch run again
+#: (redis-py retries a command whose reply was lost) answers its ids and writes nothing.
 APPEND: Final = """
+local n = tonumber(ARGV[7])
+local nonce = ARGV[8 + 4 * n] or ''
+if nonce ~= '' and n > 0 then
+  -- The same batch sent again (a client retry after a lost reply): answer, write nothing.
+  local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', n)
+  if #tail == n then
+    local fields = tail[1][2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'b' and fields[j + 1] == nonce then
+        local landed = {}
+        for i = n, 1, -1 do landed[#landed + 1] = tail[i][1] end
+        return landed
+      end
+    end
+  end
+end
 local holder = redis.call('GET', KEYS[1])
 if ARGV[1] ~= '' then
   if holder ~= ARGV[1] then return redis.error_reply('FENCED') end
 elseif holder then
   return redis.error_reply('FENCED')
 end
-local n = tonumber(ARGV[7])
 local ids = {}
 local mode, maxlen = string.sub(ARGV[2], 1, 1), string.sub(ARGV[2], 2)
 for i = 1, n do
   local at = 4 + 4 * i
-  ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', mode, maxlen, '*',
-                      'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3])
+  if i == n and nonce ~= '' then
+    ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', mode, maxlen, '*', 'k', ARGV[at],
+                        'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3], 'b', nonce)
+  else
+    ids[i] = redis.call('XADD', KEYS[2], 'MAXLEN', mode, maxlen, '*',
+                        'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3])
+  end
 end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[4], 'state', ARGV[4], 'ext', ARGV[5], 'cursor', ids[n] or ARGV[6])
