@@ -7,13 +7,14 @@ and ``run.completed`` carries the normalised usage with the raw upstream usage i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, Self, TypedDict
 
 import orjson
 
 from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
 from providers.contract import AgentTransport
+from providers.registry import network_transport
 from providers.transports.sse import SSETransport
 
 __all__ = [
@@ -56,6 +57,19 @@ class ModelApiProvider(ProviderBase):
         self.headers = dict(headers or {})
         self.params = dict(params or {})
         self.max_event_bytes = max_event_bytes
+
+    @classmethod
+    def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
+        """Build the provider from its ``[providers.NAME]`` table (the registry's factory)."""
+        return cls(
+            name,
+            url=str(config.get("url") or ""),
+            model=config.get("model"),
+            headers=config.get("headers") or {},
+            params=config.get("params") or {},
+            transport=network_transport(config),
+            max_event_bytes=config.get("max_upstream_event_bytes"),
+        )
 
 
 def content_text(content: Any) -> str:
