@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from app.auth import load_tokens_file
+from app.auth.tokens import load_tokens_file
 
 CONFIG_ENV_VAR = "AGENT_GATEWAY_CONFIG"
 DEMO_PROVIDER = "demo"

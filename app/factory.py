@@ -11,15 +11,15 @@ from fastapi.staticfiles import StaticFiles
 from sse_starlette.sse import AppStatus
 from starlette.types import Receive, Scope, Send
 
+from app.api.errors import install_error_handlers
+from app.api.responses import JSON
+from app.api.routes import commands, conversations, events, system, ws
+from app.api.webhooks_doc import document_webhooks
 from app.backends import Backend
 from app.config import Settings, load_settings
-from app.errors import install_error_handlers
 from app.gateway import Gateway
-from app.logs import RequestContextMiddleware, collect_secrets, register_secrets
-from app.responses import JSON
-from app.routes import commands, conversations, events, system, ws
-from app.sse import TRANSPORT_EXTENSION
-from app.webhooks_doc import document_webhooks
+from app.observability.logs import RequestContextMiddleware, collect_secrets, register_secrets
+from app.streams.sse import TRANSPORT_EXTENSION
 from providers.contract import AgentProvider
 
 __all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]

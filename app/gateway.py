@@ -10,11 +10,11 @@ from typing import Any
 
 from app.backends import Backend, ConversationRef, create_backend
 from app.config import Settings
-from app.metrics import GatewayMetrics, InstrumentedBackend
-from app.provider_catalog import ProviderCatalog
-from app.runs import RunManager
-from app.snapshot import snapshot_object
-from app.webhooks import WebhookDispatcher
+from app.observability.metrics import GatewayMetrics, InstrumentedBackend
+from app.observability.webhooks import WebhookDispatcher
+from app.runs.catalog import ProviderCatalog
+from app.runs.manager import RunManager
+from app.streams.snapshot import snapshot_object
 from providers.contract import AgentProvider
 
 __all__ = ["Gateway"]

@@ -15,8 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.gateway import Gateway
-from app.limits import ws_max_size
-from app.logs import setup_logging
+from app.observability.logs import setup_logging
+from app.runs.limits import ws_max_size
 
 __all__ = ["GatewayServer", "serve"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import main
-from app.cli_gateway import OPENAPI_PATH, render_openapi
+from app.cli.gateway import OPENAPI_PATH, render_openapi
+from app.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.cli import main
+from app.cli.main import main
 from providers.local_demo import LocalDemoProvider
 from providers.testing import make_options, run_collect
 

@@ -297,7 +297,7 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
     that frame (older cursor) plus the log entries since — exactly once, in order — instead
     of a serialized copy of its own."""
     from app.backends import ConversationRef
-    from app.sse import _snapshots
+    from app.streams.sse import _snapshots
 
     settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
     gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.cli_gateway import openapi_document
+from app.cli.gateway import openapi_document
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import wait_state

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.logs import (
+from app.observability.logs import (
     Redactor,
     RequestContextMiddleware,
     collect_secrets,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.metrics import OTHER, GatewayMetrics, LabelGuard
+from app.observability.metrics import OTHER, GatewayMetrics, LabelGuard
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
@@ -229,7 +229,7 @@ class _FakeBackend:
 
 
 async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
-    from app.metrics import InstrumentedBackend
+    from app.observability.metrics import InstrumentedBackend
 
     m = GatewayMetrics()
     inner = _FakeBackend()

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from app.api.errors import ApiError
 from app.backends import EMPTY_CURSOR, ConversationRef
 from app.backends.redis import RedisBackend, redis_client
-from app.errors import ApiError
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix

@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
+from app.api.errors import ApiError
 from app.backends import ConversationRef, LogEntry
 from app.backends.redis import RedisBackend, redis_client
-from app.errors import ApiError
 from tests.app.backend_contract import event, meta
 from tests.app.redis_support import private_redis, unique_prefix
 from tests.app.test_redis_cluster import Subscriber, cluster, eventually, is_terminal

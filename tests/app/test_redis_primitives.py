@@ -12,6 +12,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from app.backends.redis.claims import Ownership
 from app.backends.redis.control import Control, ControlBus, OwnerInbox
 from app.backends.redis.eventlog import (
     KIND_EVENT,
@@ -24,7 +25,6 @@ from app.backends.redis.eventlog import (
 )
 from app.backends.redis.fanout import GAP, ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
-from app.backends.redis.ownership import Ownership
 from tests.app.redis_support import shared_redis, unique_prefix
 
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 import websockets
 
-from app.auth import TokenTable, bearer_token
+from app.auth.tokens import TokenTable, bearer_token
 from app.config import ConfigError, load_settings
-from app.logs import configure_logging
+from app.observability.logs import configure_logging
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state

@@ -10,9 +10,9 @@ import orjson
 import pytest
 import websockets
 
+from app.api.errors import ApiError
 from app.backends import ConversationRef
-from app.errors import ApiError
-from app.limits import (
+from app.runs.limits import (
     WS_FRAME_SLACK,
     RunRateLimiter,
     SubscriberLimits,

@@ -273,7 +273,7 @@ async def test_shutdown_delivers_run_cancelled_before_closing(
 
 def test_coalesced_sends_are_capped_in_bytes() -> None:
     from app.backends import LogEntry
-    from app.sse import COALESCE_BYTES, _coalesced
+    from app.streams.sse import COALESCE_BYTES, _coalesced
 
     def entry(i: int, size: int) -> LogEntry:
         return LogEntry.for_event(f"x-{i}", {"type": "message.delta", "pad": "p" * size})

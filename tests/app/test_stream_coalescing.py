@@ -10,8 +10,7 @@ import pytest
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 from app.gateway import Gateway
-from app.sse import _frames
-from app.streams import (
+from app.streams.follow import (
     LINGER_MAX,
     LINGER_PER_FOLLOWER,
     Follow,
@@ -20,6 +19,7 @@ from app.streams import (
     follow_batches,
     linger_seconds,
 )
+from app.streams.sse import _frames
 from tests.app.backend_contract import event, meta, run_events
 from tests.app.gateway_server import make_settings
 

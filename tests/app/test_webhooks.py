@@ -18,16 +18,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app.cli_gateway import openapi_document
+from app.api.webhooks_doc import WebhookPayload
+from app.cli.gateway import openapi_document
 from app.config import ConfigError, load_settings
-from app.webhooks import (
+from app.observability.webhooks import (
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
     sign_payload,
     verify_signature,
 )
-from app.webhooks_doc import WebhookPayload
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state

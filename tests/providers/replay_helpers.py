@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,20 +13,8 @@ from providers.contract import AgentEvent, Command
 from providers.history import replay_events
 from providers.recorded import parse_sse_text
 
-
-def _find_fixtures() -> Path:
-    """``$AGENT_GATEWAY_FIXTURES``, else ``shared/fixtures`` beside the checkout (or above it)."""
-    override = os.environ.get("AGENT_GATEWAY_FIXTURES")
-    if override:
-        return Path(override)
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "fixtures"
-        if candidate.is_dir():
-            return candidate
-    raise RuntimeError("shared/fixtures not found beside the checkout")
-
-
-FIXTURES = _find_fixtures()
+#: The recorded upstream streams, copied into the repository (attribution in its README).
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def frames_to_chunks(frames: Sequence[str]) -> list[Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.cli import main
+from app.cli.main import main
 from tests.providers.replay_helpers import FIXTURES
 
 

@@ -30,6 +30,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.api.errors import ApiError
 from app.backends.base import (
     EMPTY_CURSOR,
     Backend,
@@ -41,6 +42,7 @@ from app.backends.base import (
     RunControl,
     Snapshot,
 )
+from app.backends.redis.claims import LeaseKeeper, Ownership, Token
 from app.backends.redis.control import (
     IN_FLIGHT_REFUSALS,
     Control,
@@ -68,14 +70,12 @@ from app.backends.redis.keys import (
     idempotency_key,
     principal_index_key,
 )
-from app.backends.redis.owner import OwnedRun
-from app.backends.redis.ownership import LeaseKeeper, Ownership, Token
+from app.backends.redis.owned_run import OwnedRun
 from app.backends.redis.queue import RunQueue, TicketKeeper
 from app.backends.redis.reaper import Reaper
 from app.backends.redis.scripts import CREATE, SAVE_META
 from app.backends.redis.state import ConversationState, StateCache
 from app.backends.redis.tasks import stop_task
-from app.errors import ApiError
 from app.ids import new_token
 from providers.contract import Command
 

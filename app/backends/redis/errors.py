@@ -10,7 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.errors import ApiError
+from app.api.errors import ApiError
 
 __all__ = ["RunFenced", "unavailable"]
 

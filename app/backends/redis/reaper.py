@@ -15,10 +15,10 @@ from collections.abc import Callable
 import orjson
 from redis.exceptions import RedisError
 
+from app.backends.redis.claims import Ownership, Token
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, Pending
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.lost_owner import lost_run_events
-from app.backends.redis.ownership import Ownership, Token
+from app.backends.redis.lost_run import lost_run_events
 from app.backends.redis.state import StateCache
 
 __all__ = ["Reaper"]

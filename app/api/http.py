@@ -1,0 +1,115 @@
+"""HTTP plumbing shared by the routes: body limits and media type, principal, references."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Request
+from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect, HTTPConnection
+from starlette.responses import Response
+
+from app.api.errors import ApiError
+from app.api.schemas import KEY_PATTERN
+from app.auth.services import ActAsHeader, act_as
+from app.auth.tokens import TokenTable, bearer_token
+from app.backends import ConversationRef
+from app.gateway import Gateway
+
+__all__ = ["ConversationKey", "GatewayRoute", "Principal", "get_gateway", "principal_of"]
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class GatewayRoute(APIRoute):
+    """Checks size (413) and media type (415) of a body before FastAPI parses it."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            if request.method in _BODY_METHODS:
+                gateway: Gateway = request.app.state.gateway
+                limit = gateway.settings.gateway.max_body_bytes
+                declared = request.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > limit:
+                    raise _too_large(limit)
+                body = b""
+                try:
+                    async for chunk in request.stream():
+                        body += chunk
+                        if len(body) > limit:
+                            raise _too_large(limit)
+                except ClientDisconnect:  # left mid-body (slow loris): nobody reads an answer
+                    return Response(status_code=400)
+                request._body = body  # FastAPI parses the body we already read
+                if body.strip() and not _is_json(request.headers.get("content-type", "")):
+                    raise ApiError(
+                        415, "unsupported_media_type", "The body must be application/json."
+                    )
+            return await handler(request)
+
+        return guarded
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"The body is larger than {limit} bytes.")
+
+
+def get_gateway(connection: HTTPConnection) -> Gateway:
+    gateway: Gateway = connection.app.state.gateway
+    return gateway
+
+
+def principal_of(connection: HTTPConnection) -> str:
+    """The principal a request addresses: ``anonymous`` without auth, else the bearer token's
+    principal, or for a service token the principal named by ``X-Act-As`` (app/service_auth.py).
+    """
+    auth = get_gateway(connection).settings.auth
+    if auth.mode == "none":
+        return act_as(connection, auth, None, "anonymous")  # X-Act-As: 403 not_a_service
+    table: TokenTable | None = getattr(connection.app.state, "token_table", None)
+    if table is None:  # built once per app; lookups are constant-time (app/auth.py)
+        table = connection.app.state.token_table = TokenTable(auth.tokens)
+    token = bearer_token(
+        connection.headers.get("authorization", ""), connection.query_params.get("access_token")
+    )
+    principal = table.lookup(token)
+    if principal is not None:
+        return act_as(connection, auth, token, principal)  # a service's X-Act-As (logged)
+    raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
+
+
+# The dependencies are coroutines: FastAPI runs a plain ``def`` dependency in a worker thread,
+# a thread hop per dependency per request (time to first event, bench/ttfe_bench.py).
+
+
+async def _principal(connection: HTTPConnection, _act_as: ActAsHeader = None) -> str:
+    """``principal_of`` as a dependency (declares ``X-Act-As`` in the OpenAPI document)."""
+    return principal_of(connection)
+
+
+async def _gateway(connection: HTTPConnection) -> Gateway:
+    return get_gateway(connection)
+
+
+Principal = Annotated[str, Depends(_principal)]
+ConversationKey = Annotated[
+    str, Path(alias="conversationKey", pattern=KEY_PATTERN, min_length=1, max_length=128)
+]
+
+
+async def conversation_ref(principal: Principal, key: ConversationKey) -> ConversationRef:
+    return ConversationRef(principal, key)
+
+
+Ref = Annotated[ConversationRef, Depends(conversation_ref)]
+GatewayDep = Annotated[Gateway, Depends(_gateway)]

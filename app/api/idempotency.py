@@ -1,0 +1,118 @@
+"""Idempotency of runs, reloads and commands: a retried request yields one effect, one answer.
+
+The key is the ``Idempotency-Key`` header (scoped to the caller's principal), else derived from
+the conversation, route and body. The same key with another conversation, route or body is 409
+``idempotency_key_reused``. Only accepted answers are remembered (a refusal may turn into an
+acceptance later); they are kept ``idempotency_ttl_seconds``.
+
+Across instances (Redis backend) the first request *claims* the key with a set-if-absent record
+before it acts; concurrent retries anywhere see the claim and wait for the answer instead of
+acting too. A claimer stores the answer (accepted requests only), then marks its claim released
+(by its token); a request that finds a released claim and no answer (refused, or the answer
+expired) claims the following generation. A claimer that vanished lets its claim expire
+(``CLAIM_TTL_SECONDS``). Everything goes through ``idempotency_get``/``idempotency_put``
+(set-if-absent), which both backends implement atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from app.api.errors import ApiError
+from app.backends import Backend, ConversationRef, IdempotencyRecord
+from app.gateway import Gateway
+
+__all__ = ["CLAIM_TTL_SECONDS", "idempotent"]
+
+#: How long a claim holds a key while its request is being processed.
+CLAIM_TTL_SECONDS = 30.0
+_POLL_SECONDS = 0.02
+_locks: dict[str, asyncio.Lock] = {}
+
+
+def _digest(*parts: bytes) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(len(part).to_bytes(8, "big"))
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
+def _reused() -> ApiError:
+    return ApiError(
+        409, "idempotency_key_reused", "This Idempotency-Key was used with another request."
+    )
+
+
+async def idempotent(
+    gateway: Gateway,
+    ref: ConversationRef,
+    header_key: str | None,
+    route: str,
+    body: Any,
+    produce: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """``produce()``'s answer, or the answer of the first request with the same key."""
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    fingerprint = _digest(ref.key.encode(), route.encode(), canonical)
+    if header_key:  # a client's key: one per principal, whatever the conversation
+        principal = _digest(ref.principal.encode())
+        scope = f"key:{principal}:{_digest(header_key.encode())}"
+    else:
+        scope = f"derived:{ref.digest}:{fingerprint}"
+    ttl = gateway.settings.gateway.idempotency_ttl_seconds
+    lock = _locks.setdefault(scope, asyncio.Lock())
+    try:
+        async with lock:  # retries on this instance queue here instead of polling
+            return await _once(gateway.backend, scope, fingerprint, ttl, produce)
+    finally:
+        if not lock.locked():
+            _locks.pop(scope, None)
+
+
+async def _once(
+    backend: Backend,
+    scope: str,
+    fingerprint: str,
+    ttl: float,
+    produce: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    generation = 0
+    while True:
+        answer = await backend.idempotency_get(scope)
+        if answer is not None:
+            if answer.fingerprint != fingerprint:
+                raise _reused()
+            return answer.body
+        claim_scope = f"{scope}:claim:{generation}"
+        claim = await backend.idempotency_get(claim_scope)
+        if claim is None:
+            token = uuid.uuid4().hex
+            mine = IdempotencyRecord(fingerprint, 0, {"token": token})
+            if not await backend.idempotency_put(claim_scope, mine, CLAIM_TTL_SECONDS):
+                continue  # another request claimed it first: look again
+            try:
+                result = await produce()
+                record = IdempotencyRecord(fingerprint, 202, result)
+                await backend.idempotency_put(scope, record, ttl)
+                return result
+            finally:  # answered (or refused): the claim no longer holds the key
+                with contextlib.suppress(Exception):
+                    released = IdempotencyRecord(fingerprint, 0, {})
+                    await backend.idempotency_put(
+                        f"{scope}:released:{token}", released, CLAIM_TTL_SECONDS
+                    )
+        if claim.fingerprint != fingerprint:
+            raise _reused()
+        token = str(claim.body.get("token", ""))
+        if await backend.idempotency_get(f"{scope}:released:{token}") is not None:
+            generation += 1  # refused, or answered and its answer expired: look again
+            continue
+        await asyncio.sleep(_POLL_SECONDS)  # in progress elsewhere: wait for its answer

@@ -1,0 +1,219 @@
+"""Conversation routes: runs, reload, abort, state, delete, listing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Path, Query
+from fastapi.responses import Response
+
+from app.api.error_responses import ERRORS
+from app.api.errors import ApiError
+from app.api.http import GatewayDep, GatewayRoute, Principal, Ref
+from app.api.idempotency import idempotent
+from app.api.listing import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    ConversationList,
+    ConversationSummary,
+    conversation_item,
+    list_page,
+)
+from app.api.responses import JSON
+from app.api.schemas import (
+    AbortAnswer,
+    AbortBody,
+    ConversationPatch,
+    ReloadBody,
+    RunAccepted,
+    RunBody,
+    RunRecord,
+    SnapshotBody,
+)
+from app.runs.limits import check_json_size
+from app.runs.manager import Submission
+from app.runs.records import run_record, wait_for_run
+from app.streams.follow import Follow
+from app.streams.sse import sse_response
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/conversations", route_class=GatewayRoute, tags=["conversations"])
+_STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    202: {"model": RunAccepted, "description": "Run accepted"},
+    200: {
+        "description": "With ?stream=true: the SSE stream of this run",
+        "content": {"text/event-stream": {}},
+    },
+}
+
+
+async def _accept(
+    gateway: GatewayDep,
+    ref: Ref,
+    body: RunBody | ReloadBody,
+    stream: bool,
+    idempotency_key: str | None,
+    *,
+    reload: bool,
+) -> Response:
+    input = body.input
+    if input is not None:  # also checked by runs.submit (WebSocket requests)
+        check_json_size(input, gateway.settings.limits.max_input_bytes, "input")
+
+    async def submit() -> Submission:
+        submission = await gateway.runs.submit(
+            ref, input, body.provider, body.multitask, reload=reload
+        )
+        if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
+            await submission.request.wait_started()
+        return submission
+
+    if stream:
+        gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
+    if not idempotency_key:  # an empty header is no key (never a derived one)
+        answer = (await submit()).body
+    else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
+
+        async def produce() -> dict[str, Any]:
+            return (await submit()).body
+
+        route = "reload" if reload else "runs"
+        answer = await idempotent(
+            gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
+        )
+    if stream:
+        spec = Follow(start=answer["cursor"], until_run=answer["runId"])
+        return sse_response(gateway, ref, spec)
+    return JSON(answer, status_code=202)
+
+
+@router.post(
+    "/{conversationKey}/runs",
+    status_code=202,
+    response_model=RunAccepted,
+    responses={**ERRORS, **_STREAM_DOC},
+    summary="onRequest: start a run",
+)
+async def start_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    body: RunBody,
+    stream: bool = Query(False, description="Answer with the SSE stream of this run"),
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    return await _accept(gateway, ref, body, stream, idempotency_key, reload=False)
+
+
+@router.post(
+    "/{conversationKey}/reload",
+    status_code=202,
+    response_model=RunAccepted,
+    responses={**ERRORS, **_STREAM_DOC},
+    summary="onReload: a new run, reusing the last input when none is given",
+)
+async def reload_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    body: Annotated[ReloadBody | None, Body()] = None,
+    stream: bool = Query(False),
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    return await _accept(gateway, ref, body or ReloadBody(), stream, idempotency_key, reload=True)
+
+
+@router.post(
+    "/{conversationKey}/abort",
+    response_model=AbortAnswer,
+    responses={**ERRORS, 202: {"model": AbortAnswer, "description": "Cancellation requested"}},
+    summary="Abort the active run (or a named one); idempotent",
+)
+async def abort_run(
+    gateway: GatewayDep, ref: Ref, body: Annotated[AbortBody | None, Body()] = None
+) -> Response:
+    run_id = await gateway.runs.abort(ref, body.runId if body else None)
+    if run_id is None:
+        return JSON({"aborted": False}, status_code=200)
+    return JSON({"runId": run_id, "aborted": True}, status_code=202)
+
+
+@router.get(
+    "/{conversationKey}/state",
+    response_model=SnapshotBody,
+    responses=ERRORS,
+    summary="The current snapshot",
+)
+async def get_state(gateway: GatewayDep, ref: Ref) -> Response:
+    snapshot = await gateway.backend.snapshot(ref)
+    if snapshot is None:
+        raise ApiError(404, "conversation_not_found", "No such conversation.")
+    return JSON(await gateway.snapshot(ref))
+
+
+@router.delete(
+    "/{conversationKey}",
+    status_code=204,
+    responses=ERRORS,
+    summary="Abort, then drop state and log",
+)
+async def delete_conversation(gateway: GatewayDep, ref: Ref) -> Response:
+    await gateway.runs.cancel_all(ref, wait=gateway.settings.gateway.shutdown_grace_seconds)
+    await gateway.backend.delete(ref)
+    return Response(status_code=204)
+
+
+@router.get(
+    "",
+    response_model=ConversationList,
+    responses=ERRORS,
+    summary="The caller's conversations, newest first (cursor pagination)",
+)
+async def list_conversations(
+    gateway: GatewayDep,
+    principal: Principal,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    cursor: Annotated[str | None, Query(description="nextCursor of the previous page")] = None,
+) -> Response:
+    return JSON(await list_page(gateway.backend, principal, cursor, limit))
+
+
+@router.patch(
+    "/{conversationKey}",
+    response_model=ConversationSummary,
+    responses=ERRORS,
+    summary="Set the conversation's title",
+)
+async def patch_conversation(gateway: GatewayDep, ref: Ref, body: ConversationPatch) -> Response:
+    meta = await gateway.backend.get_meta(ref)
+    if meta is None:
+        raise ApiError(404, "conversation_not_found", "No such conversation.")
+    meta.title = body.title  # kept in the meta beside the snapshot: no event is appended
+    await gateway.backend.save_meta(ref, meta)
+    return JSON(await conversation_item(gateway.backend, ref, meta))
+
+
+@router.get(
+    "/{conversationKey}/runs/{runId}",
+    response_model=RunRecord,
+    responses=ERRORS,
+    summary="One run's record",
+)
+async def get_run(
+    gateway: GatewayDep, ref: Ref, run_id: Annotated[str, Path(alias="runId", min_length=1)]
+) -> Response:
+    return JSON(await run_record(gateway, ref, run_id))
+
+
+@router.get(
+    "/{conversationKey}/runs/{runId}/wait",
+    response_model=RunRecord,
+    responses=ERRORS,
+    summary="Long-poll until the run ends (or the timeout), then its record",
+)
+async def wait_run(
+    gateway: GatewayDep,
+    ref: Ref,
+    run_id: Annotated[str, Path(alias="runId", min_length=1)],
+    seconds: Annotated[float, Query(alias="timeout", gt=0, le=300)] = 30.0,
+) -> Response:
+    return JSON(await wait_for_run(gateway, ref, run_id, seconds))

@@ -1,0 +1,91 @@
+"""A run this instance owns: its fenced writer, live state, lease keeper and inbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from app.backends.base import RunControl
+from app.backends.redis.claims import LeaseKeeper, Token
+from app.backends.redis.control import OwnerInbox
+from app.backends.redis.errors import RunFenced
+from app.backends.redis.eventlog import Fenced, FencedWriter, Pending
+from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.state import ConversationState
+
+__all__ = ["OwnedRun"]
+
+log = logging.getLogger("app.backends.redis")
+
+
+@dataclass(slots=True)
+class OwnedRun:
+    keys: ConversationKeys
+    token: Token
+    control: RunControl
+    writer: FencedWriter
+    #: The live state: every append of the run is reduced here first (the one writer).
+    state: ConversationState
+    keeper: LeaseKeeper
+    inbox: OwnerInbox
+    lost: asyncio.Event
+    since_snapshot: int = 0
+    #: Another instance took the run over (or the conversation was deleted): no more writes.
+    fenced: bool = False
+    #: An append failed: the state may be ahead of the log; rebuild it before the next one.
+    dirty: bool = False
+    #: Appends reduced into ``state`` whose stream write has not returned yet: meanwhile
+    #: ``state`` is ahead of ``state.stream_id`` (not a snapshot to serve with that cursor).
+    appending: int = 0
+    #: release_run is handing the slot back: another instance may write from now on.
+    released: bool = False
+    watch: asyncio.Task[None] | None = field(default=None)
+
+    def start(self) -> None:
+        self.keeper.start()
+        self.inbox.start()
+        self.watch = asyncio.create_task(self._watch_lease())
+
+    async def _watch_lease(self) -> None:
+        await self.lost.wait()
+        self.fence()
+
+    def fence(self) -> None:
+        """We lost the run: stop it here (its upstream is closed); the new owner ended it."""
+        if not self.fenced:
+            self.fenced = True
+            log.warning("run %s: this instance lost ownership", self.token.run_id)
+            self.control.abort("shutdown")
+
+    async def append(self, item: Pending, snapshot_every: int) -> tuple[str, bool]:
+        """Append one item already reduced into ``state``; (its stream id, snapshot written)."""
+        snap = None
+        self.since_snapshot += 1
+        if self.since_snapshot >= snapshot_every:
+            self.since_snapshot = 0
+            snap = self.state.snapshot_write()
+        self.appending += 1
+        try:
+            ids = await self.writer.append([item], snapshot=snap)
+        except Fenced:
+            self.fence()
+            raise RunFenced(self.token.run_id) from None
+        except BaseException:
+            # The state may be ahead of the log now (or not, if the append landed).
+            self.dirty = True
+            raise
+        finally:
+            self.appending -= 1
+        self.state.stream_id = ids[0]
+        return ids[0], snap is not None
+
+    async def stop(self) -> None:
+        await self.keeper.stop()
+        await self.inbox.stop()
+        if self.watch is not None:
+            self.watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.watch
+            self.watch = None

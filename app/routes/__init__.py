@@ -1,5 +1,0 @@
-"""The HTTP and WebSocket routes, one module per concern."""
-
-from app.routes import commands, conversations, events, system, ws
-
-__all__ = ["commands", "conversations", "events", "system", "ws"]

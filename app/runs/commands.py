@@ -1,0 +1,148 @@
+"""Commands to a waiting run (protocol.md §9): refusals checked against the state, then delivery.
+
+Every refusal happens here, before the provider sees anything; an accepted command is delivered
+to the run's owner through the backend and answered ``202``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.api.errors import ApiError
+from app.backends import ConversationRef
+from app.gateway import Gateway
+from app.runs.limits import check_json_size
+from providers.contract import Command
+
+__all__ = ["resolve_approval", "retry_tool", "submit_tool_result"]
+
+
+def _find(state: dict[str, Any], table: str, target_id: str) -> dict[str, Any] | None:
+    """The entity with this id, preferring one of a running run, else the latest."""
+    matches: list[dict[str, Any]] = [
+        entity for entity in state.get(table, {}).values() if entity.get("id") == target_id
+    ]
+    runs: dict[str, Any] = state.get("runs", {})
+    running = [m for m in matches if runs.get(str(m.get("runId")), {}).get("status") == "running"]
+    candidates = running or matches
+    return candidates[-1] if candidates else None
+
+
+async def _state(gateway: Gateway, ref: ConversationRef) -> dict[str, Any]:
+    snapshot = await gateway.backend.snapshot(ref)
+    if snapshot is None:
+        raise ApiError(404, "conversation_not_found", "No such conversation.")
+    return snapshot.state
+
+
+def _require_running(state: dict[str, Any], run_id: str) -> None:
+    if state.get("runs", {}).get(run_id, {}).get("status") != "running":
+        raise ApiError(409, "run_not_running", f"Run {run_id} is not running.")
+
+
+def _in_flight(gateway: Gateway, ref: ConversationRef, run_id: str) -> set[str]:
+    active = gateway.runs.active(ref)
+    return active.in_flight if active is not None and active.run_id == run_id else set()
+
+
+async def _deliver(
+    gateway: Gateway, ref: ConversationRef, run_id: str, command: Command, target_id: str
+) -> dict[str, Any]:
+    if not await gateway.backend.send_command(ref, run_id, command):
+        raise ApiError(409, "run_not_running", f"Run {run_id} is not running.")
+    _in_flight(gateway, ref, run_id).add(target_id)
+    return {
+        "conversationKey": ref.key,
+        "runId": run_id,
+        "command": command.type,
+        "targetId": target_id,
+    }
+
+
+async def resolve_approval(
+    gateway: Gateway,
+    ref: ConversationRef,
+    approval_id: str,
+    decision: str,
+    data: Any = None,
+    expected_version: Any = None,
+) -> dict[str, Any]:
+    check_json_size(data, gateway.settings.limits.max_input_bytes, "data")  # 413 / 422
+    state = await _state(gateway, ref)
+    approval = _find(state, "approvals", approval_id)
+    if approval is None:
+        raise ApiError(404, "approval_not_found", f"No approval {approval_id}.")
+    run_id = approval["runId"]
+    _require_running(state, run_id)
+    if approval.get("status") != "waiting" or approval_id in _in_flight(gateway, ref, run_id):
+        raise ApiError(409, "approval_already_resolved", f"Approval {approval_id} is resolved.")
+    expires_at = approval.get("expiresAt")
+    if isinstance(expires_at, int | float) and time.time() * 1000 >= expires_at:
+        raise ApiError(410, "approval_expired", f"Approval {approval_id} has expired.")
+    if decision == "modified" and approval.get("editable") is not True:
+        raise ApiError(422, "approval_not_editable", f"Approval {approval_id} is not editable.")
+    if expected_version is not None and expected_version != approval.get("version"):
+        raise ApiError(
+            409,
+            "version_mismatch",
+            f"Approval {approval_id} is at another version.",
+            details={"version": approval.get("version")},
+        )
+    payload: dict[str, Any] = {"approvalId": approval_id, "decision": decision}
+    if data is not None:
+        payload["data"] = data
+    if expected_version is not None:
+        payload["expectedVersion"] = expected_version
+    return await _deliver(gateway, ref, run_id, Command("approval.resolve", payload), approval_id)
+
+
+def _awaits_app(tool: dict[str, Any]) -> bool:
+    meta = tool.get("meta")
+    return (
+        tool.get("status") == "running"
+        and isinstance(meta, dict)
+        and (meta.get("executor") == "app")
+    )
+
+
+async def submit_tool_result(
+    gateway: Gateway, ref: ConversationRef, tool_call_id: str, result: Any, is_error: bool
+) -> dict[str, Any]:
+    check_json_size(result, gateway.settings.limits.max_input_bytes, "result")  # 413 / 422
+    state = await _state(gateway, ref)
+    tool = _find(state, "toolCalls", tool_call_id)
+    if tool is None:
+        raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
+    run_id = tool["runId"]
+    _require_running(state, run_id)
+    if not _awaits_app(tool) or tool_call_id in _in_flight(gateway, ref, run_id):
+        raise ApiError(
+            409, "tool_not_awaiting_result", f"Tool call {tool_call_id} awaits no result."
+        )
+    payload: dict[str, Any] = {"toolCallId": tool_call_id, "result": result}
+    if is_error:
+        payload["isError"] = True
+    return await _deliver(
+        gateway, ref, run_id, Command("tool.submit_result", payload), tool_call_id
+    )
+
+
+async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) -> dict[str, Any]:
+    state = await _state(gateway, ref)
+    tool = _find(state, "toolCalls", tool_call_id)
+    if tool is None:
+        raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
+    run_id = tool["runId"]
+    _require_running(state, run_id)
+    error = tool.get("error")
+    retryable = isinstance(error, dict) and error.get("retryable") is True
+    if (
+        tool.get("status") != "failed"
+        or not retryable
+        or tool_call_id in _in_flight(gateway, ref, run_id)
+    ):
+        raise ApiError(409, "tool_not_retryable", f"Tool call {tool_call_id} cannot be retried.")
+    return await _deliver(
+        gateway, ref, run_id, Command("tool.retry", {"toolCallId": tool_call_id}), tool_call_id
+    )

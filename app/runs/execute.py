@@ -1,0 +1,238 @@
+"""Executing one run: options from the conversation, the runner, and the one writer per run.
+
+Every event the runner accepts is reduced and appended by ``backend.append_event`` (one step),
+so subscribers see it at once. A run always ends with a terminal event: when the runner raises
+(a provider bug) or returns without one, the gateway appends ``run.failed`` (``provider_error``)
+or ``run.cancelled`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.backends import Backend, ConversationRef
+from app.config import Settings
+from app.observability.logs import log_context
+from app.observability.metrics import GatewayMetrics
+from app.runs.catalog import ProviderCatalog
+from app.runs.limits import cap_artifact
+from providers.contract import AgentEvent, Command, RunOptions
+from providers.history import derive_history
+from providers.runner import run_agent_provider
+from providers.signal import AbortSignal
+
+__all__ = ["START_WAIT_SECONDS", "ActiveRun", "RunRequest", "execute_run", "title_of"]
+
+logger = logging.getLogger("app.runs")
+TITLE_MAX = 80
+#: How long the 202 of a started run waits for its ``run.started`` to be logged (at most).
+START_WAIT_SECONDS = 5.0
+
+
+@dataclass(slots=True)
+class RunRequest:
+    """A run accepted by the gateway, started now or queued."""
+
+    run_id: str
+    input: dict[str, Any]
+    provider: str
+    emit_user_message: bool = True
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set once the run's ``run.started`` is in the log (and state), or the run is over.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
+        """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.
+
+        The 202 of a started run waits for this, so a ``GET …/state`` sent after it, to any
+        instance, already shows the run as active.
+        """
+        if self.started.is_set() or self.done.is_set():
+            return True
+        waits = [
+            asyncio.ensure_future(self.started.wait()),
+            asyncio.ensure_future(self.done.wait()),
+        ]
+        try:
+            finished, _ = await asyncio.wait(waits, timeout=within, return_when="FIRST_COMPLETED")
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return bool(finished)
+
+
+class ActiveRun:
+    """The owner's handle on the running run (a :class:`app.backends.RunControl`)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.signal = AbortSignal()
+        self.commands: asyncio.Queue[Command] = asyncio.Queue()
+        #: Targets (approval or tool ids) with a command delivered and not yet reflected.
+        self.in_flight: set[str] = set()
+        #: Its terminal event is logged (it still holds the slot while it finishes up).
+        self.ended = False
+
+    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
+        self.signal.abort(reason)
+
+    def deliver(self, command: Command) -> None:
+        self.commands.put_nowait(command)
+
+
+def title_of(input: dict[str, Any]) -> str | None:
+    """The session title: the first prompt's text, cut to 80 characters."""
+    prompt = input.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return prompt[:TITLE_MAX]
+    content = input.get("content")
+    if isinstance(content, str) and content:
+        return content[:TITLE_MAX]
+    if isinstance(content, list):
+        texts = [
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        ]
+        text = " ".join(t for t in texts if isinstance(t, str) and t)
+        return text[:TITLE_MAX] or None
+    return None
+
+
+def _terminal_event(
+    state: dict[str, Any], session_id: str, run_id: str, type_: str, payload: dict[str, Any]
+) -> AgentEvent:
+    sequence = int(state.get("lastSequenceByRun", {}).get(run_id, -1)) + 1
+    return {
+        "protocolVersion": "0.1",
+        "type": type_,
+        "eventId": f"{run_id}:{sequence}:{type_}",
+        "sessionId": session_id,
+        "runId": run_id,
+        "sequence": sequence,
+        "timestamp": time.time() * 1000,
+        "payload": payload,
+    }
+
+
+async def _close_unterminated(
+    backend: Backend, ref: ConversationRef, session_id: str, active: ActiveRun
+) -> None:
+    """Append the terminal the provider failed to emit (and run.started if even that is missing)."""
+    snapshot = await backend.snapshot(ref)
+    if snapshot is None:
+        return
+    state = snapshot.state
+    run_id = active.run_id
+    if run_id not in state.get("runs", {}):
+        await backend.append_event(
+            ref, _terminal_event(state, session_id, run_id, "run.started", {})
+        )
+        state = (await backend.snapshot(ref) or snapshot).state
+    if active.signal.aborted:
+        event = _terminal_event(
+            state, session_id, run_id, "run.cancelled", {"reason": active.signal.reason}
+        )
+    else:
+        error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
+        event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
+    await backend.append_event(ref, event)
+
+
+async def execute_run(
+    backend: Backend,
+    catalog: ProviderCatalog,
+    settings: Settings,
+    ref: ConversationRef,
+    request: RunRequest,
+    active: ActiveRun,
+    metrics: GatewayMetrics | None = None,
+) -> None:
+    """Run ``request`` to its terminal event, appending every event to the conversation."""
+    with log_context(run_id=active.run_id, provider=request.provider):
+        await _execute_run(backend, catalog, settings, ref, request, active, metrics)
+
+
+async def _execute_run(
+    backend: Backend,
+    catalog: ProviderCatalog,
+    settings: Settings,
+    ref: ConversationRef,
+    request: RunRequest,
+    active: ActiveRun,
+    metrics: GatewayMetrics | None,
+) -> None:
+    snapshot = await backend.snapshot(ref)
+    if snapshot is None:  # deleted before the run could start
+        return
+    meta = snapshot.meta
+    provider = catalog.get(request.provider)
+    run_input = request.input
+    explicit = run_input.get("messages")
+    history = list(explicit) if isinstance(explicit, list) else derive_history(snapshot.state)
+    start_session = not meta.session_started
+    transcript = meta.transcripts.setdefault(request.provider, {})
+    terminal_seen = False
+    tracker = metrics.run_tracker(request.provider, active.signal) if metrics else None
+
+    artifact_cap = settings.limits.max_inline_artifact_bytes
+
+    async def on_event(event: AgentEvent) -> None:
+        nonlocal terminal_seen
+        event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
+        entry = await backend.append_event(ref, event)
+        if tracker is not None:
+            tracker.on_event(event)
+        if entry.run_id == active.run_id:
+            if entry.event_type == "run.started":
+                request.started.set()
+            elif entry.is_run_terminal:
+                terminal_seen = active.ended = True
+                request.started.set()
+
+    async def on_extension(key: str, value: Any) -> None:
+        await backend.append_extension(ref, key, value)
+
+    options = RunOptions(
+        session_id=meta.session_id,
+        run_id=active.run_id,
+        signal=active.signal,
+        history=history,
+        start_session=start_session,
+        session_title=meta.title if start_session else None,
+        emit_user_message=request.emit_user_message,
+        transcript=transcript,
+        wait_timeout_seconds=settings.gateway.wait_timeout_seconds,
+        commands=active.commands,
+        on_extension=on_extension,
+        max_upstream_event_bytes=settings.limits.max_upstream_event_bytes,
+    )
+    meta.session_started = True
+    meta.last_provider = request.provider
+    meta.last_input = run_input
+    meta.last_run_id = active.run_id
+    meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
+    await backend.save_meta(ref, meta)
+    try:
+        await run_agent_provider(provider, run_input, options, on_event)
+    except Exception:
+        logger.exception("run %s ended with an error in the provider", active.run_id)
+    finally:
+        if not terminal_seen:
+            try:
+                await _close_unterminated(backend, ref, meta.session_id, active)
+            except Exception:
+                logger.exception("could not close run %s", active.run_id)
+        if tracker is not None:
+            await tracker.finish(
+                active.run_id, lambda: backend.snapshot(ref), cancelled=active.signal.aborted
+            )
+        current = await backend.get_meta(ref)
+        if current is not None:  # a title set (PATCH) while the run ran stays
+            meta.title = current.title
+        meta.updated_at = time.time() * 1000
+        await backend.save_meta(ref, meta)

@@ -1,0 +1,214 @@
+"""The ``[limits]`` of http-api.md that the gateway enforces itself, each with its error code.
+
+- runs per principal per minute: sliding 60 s window, 429 ``rate_limited`` + ``Retry-After``;
+- conversations per principal: a new conversation beyond it is 429 ``too_many_conversations``;
+- concurrent subscribers (SSE + WebSocket) per conversation and per principal: 429
+  ``too_many_subscribers`` (a WebSocket gets that error frame, then closes with 1013);
+- inline artifact content: larger content is cut to the limit and the event's ``meta`` says so
+  (``meta.truncated = {"field": "content", "originalBytes": N, "keptBytes": M}``), so one upstream
+  can never grow the state without bound.
+
+The other limits live where the data enters: ``max_body_bytes`` (413) and ``max_input_bytes``
+(413) in the routes, ``max_ws_frame_bytes`` in the WebSocket session, and
+``max_upstream_event_bytes`` in the providers (the run fails with ``upstream_event_too_large``).
+Counters are per gateway process (with several instances, each enforces its own share).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+
+from app.api.errors import ApiError
+from app.backends import ConversationRef
+from app.config import LimitsSection
+
+__all__ = [
+    "ARTIFACT_EVENTS",
+    "TRUNCATION_KEY",
+    "GatewayLimits",
+    "RunRateLimiter",
+    "SubscriberLimits",
+    "cap_artifact",
+    "check_json_size",
+    "ws_max_size",
+]
+
+WINDOW_SECONDS = 60.0
+#: Frames up to this much above ``max_ws_frame_bytes`` get an error frame; larger ones are
+#: refused by the server itself (close 1009) before they are buffered whole.
+WS_FRAME_SLACK = 64 * 1024
+ARTIFACT_EVENTS = frozenset({"artifact.created", "artifact.updated", "artifact.completed"})
+#: The ``meta`` key of an event whose artifact content was cut.
+TRUNCATION_KEY = "truncated"
+
+
+class RunRateLimiter:
+    """At most ``per_minute`` accepted runs per principal in any 60 s window."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._accepted: dict[str, deque[float]] = {}
+
+    def _window(self, principal: str) -> deque[float]:
+        now = self._clock()
+        window = self._accepted.get(principal)
+        if window is None:
+            return deque()
+        while window and now - window[0] >= WINDOW_SECONDS:
+            window.popleft()
+        if not window:
+            del self._accepted[principal]
+        return window
+
+    def check(self, principal: str) -> None:
+        """Raise 429 ``rate_limited`` (with ``Retry-After``) when the window is full."""
+        window = self._window(principal)
+        if len(window) >= self.per_minute:
+            wait = WINDOW_SECONDS - (self._clock() - window[0])
+            retry = str(max(1, math.ceil(wait)))
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"More than {self.per_minute} runs per minute; retry in {retry} s.",
+                headers={"Retry-After": retry},
+            )
+
+    def record(self, principal: str) -> None:
+        self._accepted.setdefault(principal, deque()).append(self._clock())
+
+
+class SubscriberLimits:
+    """Concurrent subscribers per conversation and per principal."""
+
+    def __init__(self, per_conversation: int, per_principal: int) -> None:
+        self.per_conversation = per_conversation
+        self.per_principal = per_principal
+        self.by_conversation: Counter[ConversationRef] = Counter()
+        self.by_principal: Counter[str] = Counter()
+
+    def check(self, ref: ConversationRef) -> None:
+        """Raise 429 ``too_many_subscribers`` when no slot is free (takes none)."""
+        if self.by_conversation[ref] >= self.per_conversation:
+            raise _too_many_subscribers(f"{self.per_conversation} per conversation")
+        if self.by_principal[ref.principal] >= self.per_principal:
+            raise _too_many_subscribers(f"{self.per_principal} per principal")
+
+    def acquire(self, ref: ConversationRef) -> None:
+        self.check(ref)
+        self.by_conversation[ref] += 1
+        self.by_principal[ref.principal] += 1
+
+    def release(self, ref: ConversationRef) -> None:
+        self.by_conversation[ref] -= 1
+        if self.by_conversation[ref] <= 0:
+            del self.by_conversation[ref]
+        self.by_principal[ref.principal] -= 1
+        if self.by_principal[ref.principal] <= 0:
+            del self.by_principal[ref.principal]
+
+    @contextlib.contextmanager
+    def hold(self, ref: ConversationRef) -> Iterator[None]:
+        """A subscriber slot for the ``with`` block (raises 429 when none is free)."""
+        self.acquire(ref)
+        try:
+            yield
+        finally:
+            self.release(ref)
+
+
+def _too_many_subscribers(which: str) -> ApiError:
+    return ApiError(
+        429,
+        "too_many_subscribers",
+        f"Too many concurrent subscribers (at most {which}).",
+        headers={"Retry-After": "1"},
+    )
+
+
+class GatewayLimits:
+    """The limits one gateway enforces (``gateway.runs.limits``)."""
+
+    def __init__(self, limits: LimitsSection) -> None:
+        self.settings = limits
+        self.runs = RunRateLimiter(limits.runs_per_minute_per_principal)
+        self.subscribers = SubscriberLimits(
+            limits.max_subscribers_per_conversation, limits.max_subscribers_per_principal
+        )
+
+    async def check_new_conversation(
+        self, ref: ConversationRef, count: Callable[[str], Awaitable[int]]
+    ) -> None:
+        """Refuse a new conversation beyond ``max_conversations_per_principal`` (429)."""
+        limit = self.settings.max_conversations_per_principal
+        if await count(ref.principal) >= limit:
+            raise ApiError(
+                429,
+                "too_many_conversations",
+                f"At most {limit} conversations per principal; delete one first.",
+                headers={"Retry-After": "60"},
+            )
+
+    def cap_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        return cap_artifact(event, self.settings.max_inline_artifact_bytes)
+
+
+def check_json_size(value: Any, limit: int, what: str) -> None:
+    """413 ``payload_too_large`` when ``value`` as JSON exceeds ``limit`` bytes; 422
+    ``invalid_request`` when it cannot be stored as JSON at all (an integer beyond 64 bits)."""
+    try:
+        size = len(orjson.dumps(value))
+    except TypeError as exc:
+        raise ApiError(422, "invalid_request", f"{what} cannot be stored as JSON: {exc}.") from None
+    if size > limit:
+        raise ApiError(413, "payload_too_large", f"{what} is larger than {limit} bytes.")
+
+
+def ws_max_size(max_ws_frame_bytes: int) -> int:
+    """The server's WebSocket message cap (uvicorn ``ws_max_size``) for ``max_ws_frame_bytes``.
+
+    A frame a little over the limit is answered with a ``payload_too_large`` error frame and the
+    socket stays open; one far over it (beyond the slack) is refused by the WebSocket protocol
+    layer with close 1009 instead of being buffered whole (uvicorn's default is 16 MiB).
+    """
+    return max_ws_frame_bytes + WS_FRAME_SLACK
+
+
+def _content_bytes(content: Any) -> bytes:
+    if isinstance(content, str):
+        return content.encode("utf-8", "surrogatepass")
+    try:
+        return orjson.dumps(content)
+    except TypeError:  # not JSON-able (a bug upstream): keep its text form
+        return str(content).encode("utf-8", "surrogatepass")
+
+
+def cap_artifact(event: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``event`` with its artifact ``content`` cut to ``limit`` bytes (marked in ``meta``).
+
+    Text content keeps its first ``limit`` bytes (whole characters); structured content that
+    is too large is replaced by the first ``limit`` bytes of its JSON text. Other events and
+    content within the limit are returned unchanged (the same object).
+    """
+    if event.get("type") not in ARTIFACT_EVENTS:
+        return event
+    payload = event.get("payload")
+    if not isinstance(payload, dict) or payload.get("content") is None:
+        return event
+    raw = _content_bytes(payload["content"])
+    if len(raw) <= limit:
+        return event
+    kept = raw[:limit].decode("utf-8", "ignore")
+    meta = event.get("meta")
+    marker = {"field": "content", "originalBytes": len(raw), "keptBytes": len(kept.encode())}
+    capped = dict(event)
+    capped["payload"] = {**payload, "content": kept}
+    capped["meta"] = {**(meta if isinstance(meta, dict) else {}), TRUNCATION_KEY: marker}
+    return capped

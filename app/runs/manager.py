@@ -1,0 +1,320 @@
+"""Runs per conversation: accept (multitask reject / interrupt / enqueue), execute, abort, drain.
+
+One worker task per busy conversation takes queued runs in FIFO order and executes them one at
+a time; the run slot is claimed in the backend so aborts and commands posted anywhere reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.api.errors import ApiError
+from app.backends import Backend, ConversationMeta, ConversationRef
+from app.config import Settings
+from app.ids import new_run_id, new_session_id
+from app.observability.metrics import GatewayMetrics
+from app.runs.catalog import ProviderCatalog
+from app.runs.execute import ActiveRun, RunRequest, execute_run, title_of
+from app.runs.limits import GatewayLimits, check_json_size
+
+__all__ = ["RunManager", "Submission"]
+
+logger = logging.getLogger("app.runs")
+Multitask = Literal["reject", "interrupt", "enqueue"]
+
+
+@dataclass(slots=True)
+class _Slot:
+    queue: deque[RunRequest] = field(default_factory=deque)
+    current: ActiveRun | None = None
+    worker: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The backend run slot taken at submit for the next run (cluster-wide: one 202).
+    claimed: ActiveRun | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """The answer to an accepted run (the 202 body, plus the request for streaming)."""
+
+    body: dict[str, Any]
+    request: RunRequest
+
+
+class RunManager:
+    def __init__(
+        self,
+        backend: Backend,
+        catalog: ProviderCatalog,
+        settings: Settings,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        self.backend = backend
+        self.catalog = catalog
+        self.settings = settings
+        self.metrics = metrics
+        self.shutting_down = False
+        self._slots: dict[ConversationRef, _Slot] = {}
+        #: Told (synchronously; must not block) of every run that ended on this instance.
+        self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
+        #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
+        self.limits = GatewayLimits(settings.limits)
+
+    # --- queries -------------------------------------------------------------------------
+    def active(self, ref: ConversationRef) -> ActiveRun | None:
+        slot = self._slots.get(ref)
+        return None if slot is None else slot.current
+
+    def is_busy(self, ref: ConversationRef, excluding: str | None = None) -> bool:
+        """A run of this conversation is running or queued (``excluding`` one run id)."""
+        slot = self._slots.get(ref)
+        if slot is None:
+            return False
+        if slot.queue:
+            return True
+        current = slot.current  # a run whose terminal is logged is only finishing up
+        return current is not None and current.run_id != excluding and not current.ended
+
+    def is_pending(self, ref: ConversationRef, run_id: str) -> bool:
+        """``run_id`` is accepted here and waits in the queue (or is starting)."""
+        slot = self._slots.get(ref)
+        if slot is None:
+            return False
+        current = slot.current is not None and slot.current.run_id == run_id
+        return current or any(request.run_id == run_id for request in slot.queue)
+
+    def active_count(self) -> int:
+        return sum(1 for slot in self._slots.values() if slot.current or slot.queue)
+
+    # --- submit --------------------------------------------------------------------------
+    async def submit(
+        self,
+        ref: ConversationRef,
+        input: dict[str, Any] | None,
+        provider: str | None,
+        multitask: Multitask | None,
+        *,
+        reload: bool = False,
+    ) -> Submission:
+        if self.shutting_down:
+            raise ApiError(503, "shutting_down", "The gateway is shutting down.")
+        policy = multitask or self.settings.gateway.multitask
+        if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
+            check_json_size(input, self.settings.limits.max_input_bytes, "input")
+        self.limits.runs.check(ref.principal)  # 429 rate_limited
+        slot = self._slots.setdefault(ref, _Slot())
+        try:
+            submission = await self._submit(ref, slot, input, provider, policy)
+            self.limits.runs.record(ref.principal)
+            return submission
+        except ApiError:
+            self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
+            raise
+
+    async def _conversation_count(self, principal: str) -> int:
+        return len(await self.backend.list_conversations(principal))
+
+    def _forget_if_idle(self, ref: ConversationRef, slot: _Slot) -> None:
+        idle = slot.worker is None and not slot.queue and slot.current is None
+        if idle and slot.claimed is None and not slot.lock.locked():
+            if self._slots.get(ref) is slot:
+                del self._slots[ref]
+
+    async def _submit(
+        self,
+        ref: ConversationRef,
+        slot: _Slot,
+        input: dict[str, Any] | None,
+        provider: str | None,
+        policy: Multitask,
+    ) -> Submission:
+        async with slot.lock:
+            meta = await self.backend.get_meta(ref)
+            emit_user_message = True
+            if input is None:  # reload without input: reuse the last one
+                if meta is None or meta.last_input is None:
+                    raise ApiError(404, "nothing_to_reload", "This conversation has no run.")
+                input = meta.last_input
+                emit_user_message = False
+            name = provider or (meta.last_provider if meta else None) or self.catalog.default
+            self.catalog.get(name)  # 404 unknown_provider
+            if meta is None:
+                await self.limits.check_new_conversation(ref, self._conversation_count)
+                now = time.time() * 1000
+                meta = ConversationMeta(
+                    session_id=new_session_id(),
+                    created_at=now,
+                    updated_at=now,
+                    title=title_of(input),
+                )
+                await self.backend.create_conversation(ref, meta)
+                meta = await self.backend.get_meta(ref) or meta
+            cursor = await self.backend.head_cursor(ref)
+            # A run whose terminal is logged is only finishing up: the next one starts after it.
+            busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
+            request = RunRequest(new_run_id(), input, name, emit_user_message)
+            if not busy and slot.current is None:
+                # Take the backend's run slot now: the claim is atomic across instances, so
+                # two instances never both accept (the worker runs under this claim).
+                claimed = ActiveRun(request.run_id)
+                if await self.backend.claim_run(ref, claimed):
+                    slot.claimed = claimed
+                elif not await self._finishing_elsewhere(ref):
+                    busy = True
+            status = "started"
+            if not busy:
+                slot.queue.append(request)
+            elif policy == "reject":
+                raise ApiError(409, "run_in_progress", "A run is already in progress.")
+            elif policy == "enqueue":
+                limit = self.settings.gateway.enqueue_max  # here and, cluster-wide, in the backend
+                if len(slot.queue) >= limit or not await self.backend.enqueue_run(
+                    ref, request.run_id, limit=limit
+                ):
+                    raise ApiError(
+                        429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
+                    )
+                slot.queue.append(request)
+                status = "queued"
+            else:  # interrupt: the new run goes next, the active one is cancelled
+                await self.backend.enqueue_run(ref, request.run_id, limit=None, front=True)
+                slot.queue.appendleft(request)
+                await self.backend.request_abort(ref, None, "interrupted")
+            if slot.worker is None:
+                slot.worker = asyncio.create_task(self._work(ref, slot))
+        body = {
+            "conversationKey": ref.key,
+            "runId": request.run_id,
+            "sessionId": meta.session_id,
+            "provider": name,
+            "cursor": cursor,
+            "status": status,
+        }
+        return Submission(body, request)
+
+    async def _finishing_elsewhere(self, ref: ConversationRef) -> bool:
+        """The slot is held (on another instance) by a run whose terminal is already logged,
+        and no run waits: a new run is next, not refused."""
+        holder = await self.backend.active_run(ref)
+        if holder is None or await self.backend.queued_runs(ref):
+            return False
+        snapshot = await self.backend.snapshot(ref)
+        run = None if snapshot is None else snapshot.state.get("runs", {}).get(holder)
+        return run is not None and run.get("status") != "running"
+
+    async def _work(self, ref: ConversationRef, slot: _Slot) -> None:
+        try:
+            while slot.queue:
+                request = slot.queue.popleft()
+                active, slot.claimed = slot.claimed, None
+                preclaimed = active is not None and active.run_id == request.run_id
+                if active is not None and not preclaimed:
+                    await self.backend.release_run(ref, active.run_id)
+                if active is None or not preclaimed:
+                    active = ActiveRun(request.run_id)
+                slot.current = active
+                try:
+                    if not preclaimed and not await self._claim_in_turn(ref, active):
+                        continue  # dropped from the queue elsewhere (abort, delete)
+                    try:
+                        await execute_run(
+                            self.backend,
+                            self.catalog,
+                            self.settings,
+                            ref,
+                            request,
+                            active,
+                            self.metrics,
+                        )
+                    finally:
+                        self._run_ended(ref, request.run_id)
+                        await self.backend.release_run(ref, request.run_id)
+                except Exception:
+                    logger.exception("run %s could not be executed", request.run_id)
+                    with contextlib.suppress(Exception):  # never block the runs queued after it
+                        await self.backend.drop_run(ref, request.run_id)
+                finally:
+                    slot.current = None
+                    request.done.set()
+        finally:
+            if slot.claimed is not None:  # its request was dropped before it could start
+                claimed, slot.claimed = slot.claimed, None
+                with contextlib.suppress(Exception):
+                    await self.backend.release_run(ref, claimed.run_id)
+            slot.worker = None
+            if not slot.queue and slot.current is None and not slot.lock.locked():
+                self._slots.pop(ref, None)
+
+    def _run_ended(self, ref: ConversationRef, run_id: str) -> None:
+        for listener in self.run_listeners:
+            try:
+                listener(ref, run_id)
+            except Exception:
+                logger.exception("a run listener failed for run %s", run_id)
+
+    async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
+        """Wait for the run slot: the active run and the runs queued before this one go first
+        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile."""
+        while not await self.backend.claim_run(ref, active):
+            if self.backend.run_dropped(ref, active.run_id):
+                return False
+            await asyncio.sleep(0.05)  # another run (maybe on another instance) goes first
+        return True
+
+    # --- abort ---------------------------------------------------------------------------
+    async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
+        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue.
+
+        The backend drops a run queued on another instance (its worker then skips it)."""
+        slot = self._slots.get(ref)
+        current = None if slot is None else slot.current
+        if current is not None and current.ended and run_id in (None, current.run_id):
+            return None  # its terminal is logged: nothing runs any more (it is finishing up)
+        if slot is not None and run_id is not None:
+            for request in list(slot.queue):
+                if request.run_id == run_id:
+                    slot.queue.remove(request)
+                    request.done.set()
+                    with contextlib.suppress(Exception):  # else its ticket lapses
+                        await self.backend.drop_run(ref, run_id)
+                    return run_id
+        return await self.backend.request_abort(ref, run_id, "aborted")
+
+    async def wait_idle(self, ref: ConversationRef, wait: float) -> None:
+        slot = self._slots.get(ref)
+        if slot is not None and slot.worker is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(slot.worker), wait)
+
+    async def cancel_all(self, ref: ConversationRef, wait: float) -> None:
+        """Drop queued runs, abort the active one and wait for it to end (DELETE)."""
+        slot = self._slots.get(ref)
+        if slot is not None:
+            for request in slot.queue:
+                request.done.set()
+            slot.queue.clear()
+        await self.backend.request_abort(ref, None, "aborted")
+        await self.wait_idle(ref, wait)
+
+    # --- shutdown ------------------------------------------------------------------------
+    async def drain(self, grace: float) -> None:
+        """Stop accepting runs; let active runs finish for ``grace`` s, then abort the rest."""
+        self.shutting_down = True
+        workers = [slot.worker for slot in self._slots.values() if slot.worker is not None]
+        if not workers:
+            return
+        _, pending = await asyncio.wait(workers, timeout=grace)
+        if not pending:
+            return
+        for ref, slot in list(self._slots.items()):
+            slot.queue.clear()
+            if slot.current is not None:
+                await self.backend.request_abort(ref, slot.current.run_id, "shutdown")
+        await asyncio.wait(pending, timeout=max(5.0, grace))

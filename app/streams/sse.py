@@ -1,0 +1,202 @@
+"""SSE responses (sse-starlette): frames exactly as http-api.md specifies.
+
+AgentEvent frames carry ``id:`` and ``data:`` only; snapshots are ``event: snapshot``;
+extensions ``event: extension``. The first frame also carries ``retry:``. Heartbeats are
+``: ping`` comments. A send blocked longer than ``send_timeout_seconds`` drops the subscriber
+(it can resume with Last-Event-ID); the run is never affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from sse_starlette.event import ServerSentEvent
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
+from starlette.types import Receive, Scope, Send
+
+from app.backends import ConversationRef, LogEntry
+from app.gateway import Gateway
+from app.streams.follow import BATCH, Follow, follow_batches
+from app.streams.snapshot import snapshot_sse
+
+__all__ = ["RETRY_MS", "sse_response"]
+
+logger = logging.getLogger("app.sse")
+#: The reconnection delay suggested to EventSource clients.
+RETRY_MS = 2000
+_sse_of = operator.attrgetter("sse")
+#: Upper bound of one coalesced send (a single larger frame is sent alone).
+COALESCE_BYTES = 16 * 1024
+#: Set by ``app.factory.GatewayApp``: the connection's transport.
+TRANSPORT_EXTENSION = "gateway.transport"
+
+
+class _GatewayEventSource(EventSourceResponse):
+    gateway: Gateway
+    ref: ConversationRef
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with self.gateway.metrics.track_subscriber("sse"):
+                await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            self.gateway.metrics.subscriber_dropped("sse")
+            logger.info("dropped a subscriber whose send blocked past the send timeout")
+            # Free what the socket buffer pins now: a graceful close would wait for the
+            # stalled peer to read it. The subscriber resumes with Last-Event-ID.
+            transport = scope.get("extensions", {}).get(TRANSPORT_EXTENSION)
+            if transport is not None:
+                transport.abort()
+        finally:
+            self.gateway.runs.limits.subscribers.release(self.ref)  # taken in sse_response
+
+
+def _ping() -> ServerSentEvent:
+    return ServerSentEvent(comment="ping", sep="\n")
+
+
+def _pieces(frame: bytes) -> Iterator[bytes | memoryview]:
+    """``frame`` in sends of at most ``COALESCE_BYTES`` (views: no copy until written).
+
+    One large frame (a snapshot, an event near ``max_upstream_event_bytes``) written in one send
+    would be copied whole into a stalled subscriber's transport buffer; in pieces, each send
+    waits for the buffer to drain, so a stalled subscriber pins about one high-water mark.
+    """
+    if len(frame) <= COALESCE_BYTES:
+        yield frame
+        return
+    view = memoryview(frame)
+    for start in range(0, len(frame), COALESCE_BYTES):
+        yield view[start : start + COALESCE_BYTES]
+
+
+def _coalesced(entries: list[LogEntry]) -> Iterator[bytes | memoryview]:
+    """The frames of ``entries`` joined into sends of at most ~``COALESCE_BYTES`` each.
+
+    A subscriber that is behind gets what was logged since its last read in few sends (each
+    frame serialized once, when logged; here only joined). The byte cap keeps what one send
+    can pin in a stalled subscriber's transport buffer small, whatever the frame sizes.
+    """
+    frames = list(map(_sse_of, entries))
+    if not frames:
+        return
+    if sum(map(len, frames)) <= COALESCE_BYTES:  # the common case, without a Python loop
+        yield frames[0] if len(frames) == 1 else b"".join(frames)
+        return
+    group: list[bytes] = []
+    size = 0
+    for frame in frames:
+        if group and size + len(frame) > COALESCE_BYTES:
+            yield group[0] if len(group) == 1 else b"".join(group)
+            group, size = [], 0
+        if len(frame) > COALESCE_BYTES:
+            yield from _pieces(frame)
+            continue
+        group.append(frame)
+        size += len(frame)
+    if group:
+        yield group[0] if len(group) == 1 else b"".join(group)
+
+
+class _SharedFrame:
+    """A serialized snapshot frame, shared by the subscribers that start from it."""
+
+    __slots__ = ("__weakref__", "cursor", "data")
+
+    def __init__(self, data: bytes, cursor: str) -> None:
+        self.data = data
+        self.cursor = cursor
+
+
+#: Per gateway: (conversation, with retry) -> the newest snapshot frame a subscriber is still
+#: sending (weak values: freed when the last one is done). A subscriber that needs a snapshot
+#: while one is in flight takes that frame and the log entries after its cursor instead of
+#: serializing its own: N subscribers joining a large conversation (even during a run, when
+#: each would see another cursor) hold one copy of the snapshot, not N.
+_snapshots: weakref.WeakKeyDictionary[
+    Gateway, weakref.WeakValueDictionary[tuple[ConversationRef, bool], _SharedFrame]
+] = weakref.WeakKeyDictionary()
+#: At most this many log entries are sent after a shared snapshot to catch up.
+CATCH_UP_ENTRIES = 4 * BATCH
+
+
+async def _entries_between(
+    gateway: Gateway, ref: ConversationRef, start: str, end: str
+) -> list[LogEntry] | None:
+    """The log entries after ``start`` up to and including ``end``; None when not all are
+    retained (or too many): the caller then serializes a snapshot of its own."""
+    out: list[LogEntry] = []
+    pos = start
+    while len(out) < CATCH_UP_ENTRIES:
+        result = await gateway.backend.read(ref, pos, limit=BATCH, wait=0)
+        if result.status != "ok" or not result.entries:
+            return None
+        for entry in result.entries:
+            out.append(entry)
+            if entry.cursor == end:
+                return out
+        pos = result.entries[-1].cursor
+    return None
+
+
+async def _snapshot_frames(
+    gateway: Gateway, ref: ConversationRef, body: dict[str, Any], retry: bool
+) -> AsyncIterator[bytes | memoryview]:
+    """The snapshot ``body`` (at its cursor) as frames: a shared one when possible."""
+    frames = _snapshots.setdefault(gateway, weakref.WeakValueDictionary())
+    cursor = str(body["cursor"])
+    shared = frames.get((ref, retry))
+    gap: list[LogEntry] = []
+    if shared is not None and shared.cursor != cursor:
+        found = await _entries_between(gateway, ref, shared.cursor, cursor)
+        if found is None:
+            shared = None
+        else:
+            gap = found
+    if shared is None:
+        shared = _SharedFrame(snapshot_sse(body, RETRY_MS if retry else None), cursor)
+        frames[(ref, retry)] = shared
+    del body
+    for piece in _pieces(shared.data):
+        yield piece
+    del shared
+    for frame in _coalesced(gap):
+        yield frame
+
+
+async def _frames(
+    gateway: Gateway, ref: ConversationRef, spec: Follow
+) -> AsyncIterator[bytes | memoryview]:
+    retry: bytes | None = b"retry: %d\n" % RETRY_MS
+    async for item in follow_batches(gateway, ref, spec):
+        if isinstance(item, dict):
+            with_retry, retry = retry is not None, None
+            async for piece in _snapshot_frames(gateway, ref, item, with_retry):
+                yield piece
+            del item
+            continue
+        for frame in _coalesced(item):
+            if retry is not None:
+                frame, retry = retry + frame, None
+            yield frame
+
+
+def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
+    """An SSE response following the conversation's log as ``spec`` says."""
+    settings = gateway.settings.gateway
+    gateway.runs.limits.subscribers.acquire(ref)  # 429 too_many_subscribers; freed in __call__
+    response = _GatewayEventSource(
+        _frames(gateway, ref, spec),
+        headers={"Cache-Control": "no-cache"},
+        ping=settings.heartbeat_seconds,
+        ping_message_factory=_ping,
+        send_timeout=settings.send_timeout_seconds,
+        sep="\n",
+    )
+    response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
+    response.ref = ref
+    return response
