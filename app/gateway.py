@@ -10,7 +10,8 @@ from typing import Any
 
 from app.backends import Backend, ConversationRef, create_backend
 from app.config import Settings
-from app.observability.metrics import GatewayMetrics, InstrumentedBackend
+from app.observability.instrumented_backend import InstrumentedBackend
+from app.observability.metrics import GatewayMetrics
 from app.observability.webhooks import WebhookDispatcher
 from app.runs.catalog import ProviderCatalog
 from app.runs.manager import RunManager
@@ -37,7 +38,7 @@ class Gateway:
         self.catalog = ProviderCatalog(settings, providers)
         #: Prometheus metrics of this gateway (app/metrics.py); served at /metrics.
         self.metrics = GatewayMetrics(providers=self.catalog.names())
-        self.backend: Backend = InstrumentedBackend(  # type: ignore[assignment]
+        self.backend: Backend = InstrumentedBackend(
             backend or create_backend(settings), self.metrics
         )
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)

@@ -13,7 +13,6 @@ so the run loop needs one call per event.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -40,7 +39,6 @@ __all__ = [
     "OUTCOMES",
     "TRANSPORTS",
     "GatewayMetrics",
-    "InstrumentedBackend",
     "LabelGuard",
     "RunTracker",
 ]
@@ -409,49 +407,3 @@ class RunTracker:
             # Scrubbed of secrets by the log formatter (app/logs.py), like every field.
             extra["error_message"] = (self._error_message or "")[:500]
         _run_log.info("run %s", outcome, extra=extra)
-
-
-class InstrumentedBackend:
-    """Wraps a backend: every coroutine method is timed and its errors counted.
-
-    ``read`` is a long poll (it waits for new entries), so only its errors are counted.
-    Attributes that are not coroutine methods pass through unchanged.
-    """
-
-    _UNTIMED: Final = frozenset({"read"})
-
-    def __init__(self, inner: Any, metrics: GatewayMetrics, backend: str | None = None) -> None:
-        self._inner = inner
-        self._metrics = metrics
-        #: ``memory`` / ``redis``: given, else from the class name (``RedisBackend`` -> redis).
-        self._backend = backend or type(inner).__name__.lower().removesuffix("backend")
-
-    @property
-    def inner(self) -> Any:
-        return self._inner
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-        metrics = self._metrics
-        labels = (metrics.backend_label(self._backend), metrics.op_label(name))
-        errors = metrics.backend_op_errors.labels(*labels)
-        latency = None if name in self._UNTIMED else metrics.backend_op_latency.labels(*labels)
-        clock = metrics.clock
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                return await attr(*args, **kwargs)
-            except BaseException as exc:
-                if isinstance(exc, Exception):
-                    errors.inc()
-                raise
-            finally:
-                if latency is not None:
-                    latency.observe(clock() - start)
-
-        # Cache the wrapper: later lookups find it on the instance, not via __getattr__.
-        setattr(self, name, call)
-        return call
