@@ -12,11 +12,12 @@ import time
 
 import orjson
 
-from app.backends.redis.claims import LeaseKeeper, Token
+from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import Fenced, FencedWriter
 from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.roles import RunSlots
 from app.backends.types import ConversationRef, RunControl
