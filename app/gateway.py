@@ -10,8 +10,7 @@ from typing import Any
 
 from app.backends import Backend, ConversationRef, create_backend
 from app.config import Settings
-from app.observability.instrumented_backend import InstrumentedBackend
-from app.observability.metrics import GatewayMetrics
+from app.observability.metrics import GatewayMetrics, InstrumentedBackend
 from app.observability.webhooks import WebhookDispatcher
 from app.runs.catalog import ProviderCatalog
 from app.runs.manager import RunManager

@@ -9,8 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.backends import ConversationMeta, ConversationRef, MemoryBackend, ReadResult
-from app.observability.instrumented_backend import InstrumentedBackend
-from app.observability.metrics import OTHER, GatewayMetrics, LabelGuard
+from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state

@@ -21,7 +21,7 @@ from providers.contract import Command
 if TYPE_CHECKING:
     from prometheus_client.metrics import Counter, Histogram
 
-    from app.observability.metrics import GatewayMetrics
+    from app.observability.metrics.registry import GatewayMetrics
 
 __all__ = ["InstrumentedBackend"]
 
