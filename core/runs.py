@@ -11,6 +11,7 @@ __all__ = [
     "ABORT_REASONS",
     "RUN_OUTCOMES",
     "RUN_TERMINAL_TYPES",
+    "RUN_TERMINAL_TYPE_LIST",
     "TITLE_MAX_CHARS",
     "AbortReason",
     "RunOutcome",
@@ -19,7 +20,9 @@ __all__ = [
 
 #: The events that end a run (exactly one per run).
 RunTerminalType = Literal["run.completed", "run.failed", "run.cancelled"]
-RUN_TERMINAL_TYPES: Final[frozenset[str]] = frozenset(get_args(RunTerminalType))
+#: The same, in the spec's order (completed, failed, cancelled).
+RUN_TERMINAL_TYPE_LIST: Final[tuple[RunTerminalType, ...]] = get_args(RunTerminalType)
+RUN_TERMINAL_TYPES: Final[frozenset[str]] = frozenset(RUN_TERMINAL_TYPE_LIST)
 
 #: How a run ended: its terminal event type without the ``run.`` prefix.
 RunOutcome = Literal["completed", "failed", "cancelled"]
