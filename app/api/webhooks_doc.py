@@ -1,6 +1,7 @@
 """The completion webhooks in the OpenAPI document (OpenAPI 3.1 ``webhooks``).
 
-Documentation only: what the gateway POSTs to ``[webhooks] url`` (see app/webhooks.py).
+Documentation only: what the gateway POSTs to ``[webhooks] url``; the dispatcher is
+``app/observability/webhooks.py``.
 """
 
 from __future__ import annotations
