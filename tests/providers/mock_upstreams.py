@@ -1,6 +1,7 @@
-"""Loopback mock upstreams speaking the real wire formats (OpenAI Chat, Anthropic Messages,
-AG-UI over SSE), served by uvicorn on a free port. Each mock records the JSON request bodies
-it received and answers with the next scripted response (a list of SSE frames)."""
+"""Loopback mock upstreams speaking the real wire formats (OpenAI Chat, OpenAI Responses,
+Anthropic Messages, AG-UI over SSE), served by uvicorn on a free port. Each mock records the JSON
+request bodies it received and answers with the next scripted response: a list of SSE frames
+(where ``DROP`` cuts the connection and ``STALL`` goes silent), or an ``HttpStatus``."""
 
 from __future__ import annotations
 
@@ -22,10 +23,23 @@ from tests.loopback_asgi import serve_asgi
 Frames = list[str]
 Responder = Callable[[dict[str, Any]], Frames]
 
+#: a frame that cuts the connection (no chunked terminator)
+DROP = "\x00drop"
+#: a frame after which the upstream sends nothing more, connection open
+STALL = "\x00stall"
+
+
+@dataclass(frozen=True)
+class HttpStatus:
+    """A scripted answer before any stream: this status and a JSON error body."""
+
+    code: int
+    body: dict[str, Any]
+
 
 @dataclass
 class MockUpstream:
-    responses: list[Frames | Responder]
+    responses: list[Frames | Responder | HttpStatus]
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
@@ -33,6 +47,7 @@ class MockUpstream:
     delay: float = 0.0
     #: responses whose stream was closed by the client before its last frame
     disconnects: int = 0
+    disconnected: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
@@ -41,25 +56,32 @@ class MockUpstream:
         if not self.responses:
             return JSONResponse({"error": {"message": "no scripted response left"}}, 500)
         script = self.responses.pop(0)
+        if isinstance(script, HttpStatus):
+            return JSONResponse(script.body, script.code)
         frames = script(body) if callable(script) else script
 
         async def stream() -> AsyncIterator[bytes]:
             sent = 0
             try:
                 for frame in frames:
+                    if frame == DROP:
+                        raise RuntimeError("drop the connection")
+                    if frame == STALL:
+                        await asyncio.sleep(3600)
                     yield frame.encode()
                     sent += 1
                     await asyncio.sleep(self.delay)
             finally:
-                if sent < len(frames):
+                if sent < len(frames) and DROP not in frames:
                     self.disconnects += 1
+                    self.disconnected.set()
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
 @asynccontextmanager
 async def serve_mock(
-    responses: Sequence[Frames | Responder], *, delay: float = 0.0
+    responses: Sequence[Frames | Responder | HttpStatus], *, delay: float = 0.0
 ) -> AsyncIterator[MockUpstream]:
     mock = MockUpstream(list(responses), delay=delay)
     app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
@@ -269,6 +291,11 @@ def agui_run(
 # ---------------------------------------------------------------- OpenAI Responses
 
 
+def responses_event(name: str, **payload: Any) -> str:
+    """One Responses API event as sent: ``event:`` and its JSON with the same ``type``."""
+    return f"event: {name}\ndata: {orjson.dumps({'type': name, **payload}).decode()}\n\n"
+
+
 def responses_frames(
     *,
     text: str = "",
@@ -291,8 +318,7 @@ def responses_frames(
     frames: Frames = []
 
     def emit(name: str, **payload: Any) -> None:
-        body = {"type": name, "sequence_number": next(seq), **payload}
-        frames.append(f"event: {name}\ndata: {orjson.dumps(body).decode()}\n\n")
+        frames.append(responses_event(name, sequence_number=next(seq), **payload))
 
     def response(state: str, **extra: Any) -> dict[str, Any]:
         return {
