@@ -85,5 +85,8 @@ def create_app(
     for module in (conversations, events, commands, ws, system):
         app.include_router(module.router)
     if settings.gateway.demo_page and system.STATIC_DIR.is_dir():
+        # The client's modules first: /static/client is inside /static's path space.
+        if system.CLIENT_DIR.is_dir():
+            app.mount("/static/client", StaticFiles(directory=system.CLIENT_DIR), name="client")
         app.mount("/static", StaticFiles(directory=system.STATIC_DIR), name="static")
     return app
