@@ -46,6 +46,10 @@ test: test-setup lint typecheck layers pytest
 run: $(RUN_STAMP)
 	$(VENV)/bin/agent-gateway serve --host $(HOST) --port $(PORT)
 
+# Every benchmark figure of BENCHMARKS.md, one after the other (ARGS=--quick: about a minute).
+bench: test-setup $(STAMP)
+	$(PY) bench/run_all.py $(ARGS)
+
 openapi: $(RUN_STAMP)
 	$(VENV)/bin/agent-gateway openapi
 

@@ -2,8 +2,9 @@
 # What `make test` needs besides the Python virtualenv, set up on a fresh machine:
 #   - python3 >= 3.11 with venv support;
 #   - the system programs the tests run: redis-server (Redis tests, private servers for the
-#     outage tests), nginx (the shipped deploy/nginx.conf in front of two gateways) and chromium
-#     (the demo-page browser test; Playwright drives the system browser, it downloads none);
+#     outage tests), nginx (the shipped deploy/nginx.conf in front of two gateways), chromium
+#     (the demo-page browser test; Playwright drives the system browser, it downloads none) and
+#     node >= 18 (the JavaScript client's tests under clients/js, run by pytest);
 #   - a Redis answering on 127.0.0.1:6379 (started here, in the background, if none answers).
 # Missing packages are installed with apt-get when this runs as root (or with password-less
 # sudo); otherwise it stops at once with one line naming what to install.
@@ -41,6 +42,7 @@ missing=()
 have redis-server || missing+=(redis-server)
 have_nginx || missing+=(nginx)
 have chromium || missing+=(chromium)
+have node || missing+=(nodejs)
 
 if ((${#missing[@]})); then
   if [[ "$(id -u)" == 0 ]]; then
@@ -59,6 +61,9 @@ if ((${#missing[@]})); then
       "${missing[@]}" >/dev/null \
     || fail "apt-get could not install ${missing[*]}: install them yourself and run make test again."
 fi
+
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)' \
+  || fail "node >= 18 is required, found $(node --version): install a newer Node.js."
 
 # --- Redis on 127.0.0.1:6379 --------------------------------------------------------------
 if ! redis_up; then
