@@ -36,11 +36,14 @@ async def stream_agui(
     body: dict[str, Any],
     *,
     provider: str = "agent",
+    path: str | None = None,
     stop: Callable[[list[BaseEvent]], bool] | None = None,
 ) -> list[BaseEvent]:
-    """The parsed AG-UI events of one request, until the stream ends (or ``stop``)."""
+    """The parsed AG-UI events of one request to the gateway's ``provider`` (or to ``path``),
+    until the stream ends (or ``stop``)."""
     events: list[BaseEvent] = []
-    async with aconnect_sse(client, "POST", f"/v1/ag-ui/{provider}", json=body) as source:
+    url = path or f"/v1/ag-ui/{provider}"
+    async with aconnect_sse(client, "POST", url, json=body) as source:
         response = source.response
         assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"].startswith("text/event-stream")
