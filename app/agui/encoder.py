@@ -13,6 +13,7 @@ AG-UI request: it knows what that request's stream opened and closes nothing twi
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -77,6 +78,17 @@ def _result_text(result: Any) -> str:
     if isinstance(result, str):
         return result
     return orjson.dumps(result).decode()
+
+
+def _iso(ms: Any) -> str | None:
+    """An approval's ``expiresAt`` (ms since epoch) as the ISO 8601 time AG-UI carries."""
+    if isinstance(ms, bool) or not isinstance(ms, int | float):
+        return None
+    try:
+        moment = datetime.fromtimestamp(ms / 1000.0, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class WaitingOn:
@@ -174,6 +186,7 @@ class AguiEncoder:
             message=approval.get("description"),
             tool_call_id=self.id(str(tool_call)) if tool_call else None,
             response_schema=schema if isinstance(schema, dict) else None,
+            expires_at=_iso(approval.get("expiresAt")),
             metadata=metadata,
         )
 

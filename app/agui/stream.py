@@ -159,10 +159,9 @@ def _ping() -> ServerSentEvent:
 
 
 def agui_response(stream: AguiStream) -> EventSourceResponse:
-    """The ``text/event-stream`` answer of an AG-UI request (takes a subscriber slot)."""
-    gateway = stream.gateway
-    settings = gateway.settings.gateway
-    gateway.runs.limits.subscribers.acquire(stream.ref)  # freed when the response ends
+    """The ``text/event-stream`` answer of an AG-UI request; it frees the subscriber slot the
+    caller took for ``stream.ref`` when it ends."""
+    settings = stream.gateway.settings.gateway
     response = _AguiResponse(
         stream.frames(),
         headers={"Cache-Control": "no-cache"},

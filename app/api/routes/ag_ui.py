@@ -87,16 +87,21 @@ async def run_agent(
     ref = ConversationRef(principal, body.thread_id)
     request = read_input(body)
     gateway.catalog.get(provider)  # 404 unknown_provider before anything else
-    gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
-    if request.turn is not None:
-        submission = await gateway.runs.submit(
-            ref, request.turn.input, provider, request.turn.multitask
-        )
-        run_id, cursor = submission.request.run_id, str(submission.body["cursor"])
-        state: dict[str, Any] = {}
-        answered: set[str] = set()
-    else:
-        run_id, cursor, state, answered = await _continue(gateway, ref, request)
+    subscribers = gateway.runs.limits.subscribers
+    subscribers.acquire(ref)  # 429 before the run is accepted; the response frees it
+    try:
+        if request.turn is not None:
+            submission = await gateway.runs.submit(
+                ref, request.turn.input, provider, request.turn.multitask
+            )
+            run_id, cursor = submission.request.run_id, str(submission.body["cursor"])
+            state: dict[str, Any] = {}
+            answered: set[str] = set()
+        else:
+            run_id, cursor, state, answered = await _continue(gateway, ref, request)
+    except BaseException:
+        subscribers.release(ref)
+        raise
     encoder = AguiEncoder(body.thread_id, body.run_id, run_id, answered=answered)
     tracker = RunTracker(run_id, state, answered)
     stream = AguiStream(
