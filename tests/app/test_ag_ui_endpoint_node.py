@@ -31,4 +31,4 @@ async def test_http_agent_against_the_gateway(start_gateway: StartGateway) -> No
         }
         output = await run_node(NODE_DIR, node, "--test", "agui.test.mjs", env=env, within=120)
         await gateway.stop()  # before the agent it calls goes away
-    assert "# fail 0" in output and "# pass 4" in output, output
+    assert "# fail 0" in output and "# pass 5" in output, output

@@ -115,3 +115,30 @@ test("abortRun() mid-stream cancels the gateway run and closes the upstream", as
     return now > before;
   });
 });
+
+test("every event kind passes the client's verifier", async () => {
+  const agent = agentFor("node-everything");
+  agent.addMessage({ id: "u1", role: "user", content: "everything" });
+  const seen = new Set();
+  const subscriber = { onEvent: ({ event }) => void seen.add(event.type) };
+  await agent.runAgent({}, subscriber);
+  for (const kind of [
+    "REASONING_MESSAGE_CONTENT",
+    "STEP_STARTED",
+    "STEP_FINISHED",
+    "STATE_SNAPSHOT",
+    "ACTIVITY_SNAPSHOT",
+    "CUSTOM",
+    "TOOL_CALL_RESULT",
+    "TEXT_MESSAGE_CONTENT",
+  ]) {
+    assert.ok(seen.has(kind), kind);
+  }
+  assert.deepEqual(agent.state, { count: 2 });
+  assert.equal(agent.pendingInterrupts.length, 1);
+  const [interrupt] = agent.pendingInterrupts;
+  await agent.runAgent({ resume: [{ interruptId: interrupt.id, status: "cancelled" }] });
+  assert.equal(lastAssistantText(agent), "Decision: rejected."); // a cancelled resume = rejected
+  const approvals = Object.values((await state("node-everything")).agentState.approvals);
+  assert.equal(approvals[0].decision, "rejected");
+});
