@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.errors import install_error_handlers
 from app.api.responses import JSON
-from app.api.routes import commands, conversations, events, system, ws
+from app.api.routes import ag_ui, commands, conversations, events, system, ws
 from app.api.webhooks_doc import document_webhooks
 from app.backends import Backend
 from app.config import Settings, load_settings
@@ -82,7 +82,7 @@ def create_app(
             allow_headers=["*"],
         )
     app.add_middleware(RequestContextMiddleware)  # request id + access line
-    for module in (conversations, events, commands, ws, system):
+    for module in (conversations, events, commands, ws, ag_ui, system):
         app.include_router(module.router)
     if settings.gateway.demo_page and system.STATIC_DIR.is_dir():
         # The client's modules first: /static/client is inside /static's path space.

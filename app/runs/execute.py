@@ -26,7 +26,14 @@ from providers.history import derive_history
 from providers.runner import run_agent_provider
 from providers.signal import AbortSignal
 
-__all__ = ["START_WAIT_SECONDS", "ActiveRun", "RunRequest", "execute_run", "title_of"]
+__all__ = [
+    "START_WAIT_SECONDS",
+    "ActiveRun",
+    "CommandQueue",
+    "RunRequest",
+    "execute_run",
+    "title_of",
+]
 
 logger = logging.getLogger("app.runs")
 #: How long the 202 of a started run waits for its ``run.started`` to be logged (at most).
@@ -65,13 +72,33 @@ class RunRequest:
         return bool(finished)
 
 
+class CommandQueue(asyncio.Queue[Command]):
+    """The run's command queue; ``waiting`` is set while the runner blocks on it.
+
+    The runner reads a command only once everything the provider produced so far is logged
+    and nothing but the app's answer can continue the run, so ``waiting`` tells a follower
+    on this instance (the AG-UI endpoint) that the run now waits on the app.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = asyncio.Event()
+
+    async def get(self) -> Command:
+        self.waiting.set()
+        try:
+            return await super().get()
+        finally:
+            self.waiting.clear()
+
+
 class ActiveRun:
     """The owner's handle on the running run (a :class:`app.backends.RunControl`)."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.signal = AbortSignal()
-        self.commands: asyncio.Queue[Command] = asyncio.Queue()
+        self.commands = CommandQueue()
         #: Targets (approval or tool ids) with a command delivered and not yet reflected.
         self.in_flight: set[str] = set()
         #: Its terminal event is logged (it still holds the slot while it finishes up).

@@ -3,7 +3,7 @@
 The gateway runs in its own thread (own event loop, real uvicorn, a free port); every
 non-streaming operation gets a bounded number of generated requests: no 5xx, every status code
 documented, every body matching its schema and content type. The streaming routes (events, ws,
-runs?stream=true, wait) are covered by their own tests.
+runs?stream=true, wait, ag-ui) are covered by their own tests.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from app.server import GatewayServer
 from tests.app.gateway_server import make_settings
 
 OPENAPI = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
-STREAMING = r"/(events|ws|wait)$"
+STREAMING = r"/(events|ws|wait)$|^/v1/ag-ui/"
 CHECKS = [
     not_a_server_error,
     status_code_conformance,

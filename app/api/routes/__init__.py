@@ -1,5 +1,5 @@
 """The HTTP and WebSocket routes, one module per concern."""
 
-from app.api.routes import commands, conversations, events, system, ws
+from app.api.routes import ag_ui, commands, conversations, events, system, ws
 
-__all__ = ["commands", "conversations", "events", "system", "ws"]
+__all__ = ["ag_ui", "commands", "conversations", "events", "system", "ws"]

@@ -1,0 +1,34 @@
+"""The real AG-UI client: ``@ag-ui/client``'s ``HttpAgent`` (pinned by
+``tests/node/ag-ui-client/package-lock.json``) runs ``agui.test.mjs`` with Node's own test
+runner against a gateway on loopback in front of the scripted AG-UI agent: a text answer, a
+frontend tool round trip in two requests (one gateway run), an interrupt and its resume, and
+``abortRun()`` mid-stream (``run.cancelled``, the upstream connection closed).
+
+``npm ci`` installs the package on first use (the npm registry is the only network needed).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.app.agui_upstream import agui_settings, serve_agui_agent
+from tests.app.conftest import StartGateway
+from tests.app.node_support import ensure_installed, run_node
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "node" / "ag-ui-client"
+
+
+async def test_http_agent_against_the_gateway(start_gateway: StartGateway) -> None:
+    node = shutil.which("node")
+    assert node is not None, "node is required for the AG-UI client test (Node >= 20)"
+    await ensure_installed(NODE_DIR, "@ag-ui/client/package.json")
+    async with serve_agui_agent() as agent:
+        gateway = await start_gateway(agui_settings(agent))
+        env = {
+            "GATEWAY_URL": gateway.url,
+            "AGENT_STATS_URL": agent.url.removesuffix("/agent") + "/stats",
+        }
+        output = await run_node(NODE_DIR, node, "--test", "agui.test.mjs", env=env, within=120)
+        await gateway.stop()  # before the agent it calls goes away
+    assert "# fail 0" in output and "# pass 5" in output, output
