@@ -67,7 +67,6 @@ class ResponseCall:
     item_ids: dict[str, int] = field(default_factory=dict)
     #: the final output items (``output_item.done``), sent back in the next request's input
     raw_items: dict[int, dict[str, Any]] = field(default_factory=dict)
-    response_id: str | None = None
     model: str | None = None
     status: str | None = None
     incomplete_reason: str | None = None
@@ -120,7 +119,6 @@ def _item_of(call: ResponseCall, event: Mapping[str, Any]) -> OutputItem:
 
 
 def _remember(call: ResponseCall, response: Mapping[str, Any]) -> None:
-    call.response_id = call.response_id or _str(response.get("id")) or None
     call.model = call.model or _str(response.get("model")) or None
 
 
