@@ -480,3 +480,81 @@ async def test_frames_helper_replays_through_the_provider() -> None:
     provider.transport = IterableTransport(lambda _r, _s: chunks, kind="sse")
     events = await run_collect(provider, {"prompt": "x"})
     assert reasoning_texts(events) == ["r"] and assistant_texts(events) == ["t"]
+
+
+# ---------------------------------------------------------------- client-executed built-in calls
+
+
+async def test_custom_tool_call_goes_to_the_app_and_back_as_its_own_output() -> None:
+    provider = OpenAIResponsesProvider(url=URL)
+    call = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_c", "name": "grep"}
+    shell = {"type": "local_shell_call", "id": "ls_1", "call_id": "call_s", "status": "x"}
+    first = [
+        created(),
+        added(0, **call, input=""),
+        event("response.custom_tool_call_input.delta", output_index=0, delta="needle "),
+        event("response.custom_tool_call_input.done", output_index=0, input="needle in *.py"),
+        done(0, **call, input="needle in *.py"),
+        added(1, **shell),
+        done(1, **shell | {"action": {"type": "exec", "command": ["ls"]}, "status": "completed"}),
+        completed(),
+    ]
+    turns = [[orjson.dumps(e).decode() for e in first], _text_chunks("Found it.")]
+    bodies: list[dict[str, Any]] = []
+
+    def source(request: Any, _signal: Any) -> list[str]:
+        bodies.append(request.json)
+        return turns.pop(0)
+
+    provider.transport = IterableTransport(source, kind="sse")
+    events = await run_collect(
+        provider,
+        {"prompt": "find"},
+        options=make_options(wait_timeout_seconds=5),
+        commands=[
+            Command("tool.submit_result", {"toolCallId": "call_c", "result": "a.py:3"}),
+            Command("tool.submit_result", {"toolCallId": "call_s", "result": {"stdout": "a.py"}}),
+        ],
+    )
+    assert validate_agent_provider_events(provider.capabilities, events) == []
+    assert tool_calls(events) == [
+        ("grep", "needle in *.py", "completed"),
+        ("local_shell_call", {"action": {"type": "exec", "command": ["ls"]}}, "completed"),
+    ]
+    requested = [e for e in events if e["type"] == "tool.requested"]
+    assert [e["meta"]["executor"] for e in requested] == ["app", "app"]
+    outputs = [i for i in bodies[1]["input"] if i.get("type", "").endswith("_output")]
+    assert outputs == [
+        {"type": "custom_tool_call_output", "call_id": "call_c", "output": "a.py:3"},
+        {"type": "local_shell_call_output", "call_id": "call_s", "output": {"stdout": "a.py"}},
+    ]
+    assert assistant_texts(events) == ["Found it."]
+
+
+def test_builtin_tools_of_openai_never_travel_as_function_calls() -> None:
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {}}
+    message = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "News."}],
+    }
+    history = [
+        {"role": "user", "content": "news?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "toolCalls": [{"id": "ws_1", "name": "web_search_call"}],
+        },
+        {"role": "tool", "toolCallId": "ws_1", "content": '{"status":"completed"}'},
+        {"role": "assistant", "content": "News."},
+    ]
+    user = {"role": "user", "content": [{"type": "input_text", "text": "news?"}]}
+    transcript: dict[str, Any] = {}
+    remember_response_turn(transcript, [search, message])
+    assert history_to_input(history, transcript) == [user, search, message]
+    # without the kept turn the search cannot be rebuilt: the text alone goes back
+    assert history_to_input(history, {}) == [user, {"role": "assistant", "content": "News."}]
+
+
+def _text_chunks(text: str) -> list[str]:
+    return [orjson.dumps(e).decode() for e in _text_response(text)]
