@@ -26,11 +26,12 @@ from providers.registry import create_provider, known_kinds
 from providers.testing import make_options, run_collect
 from providers.transports import IterableTransport, SSETransport
 from providers.validator import validate_agent_provider_events
-from tests.providers.mock_upstreams import responses_frames
+from tests.providers.mock_upstreams import responses_every_item_frames, responses_frames
 from tests.providers.replay_helpers import (
     assistant_texts,
     frames_to_chunks,
     reasoning_texts,
+    submit_next_tool,
     terminal,
     tool_calls,
 )
@@ -558,3 +559,29 @@ def test_builtin_tools_of_openai_never_travel_as_function_calls() -> None:
 
 def _text_chunks(text: str) -> list[str]:
     return [orjson.dumps(e).decode() for e in _text_response(text)]
+
+
+async def test_every_item_kind_in_one_response() -> None:
+    """The fuzzer's seed stream, unmutated: what each item kind becomes."""
+    provider = OpenAIResponsesProvider(url=URL)
+    turns = [frames_to_chunks(responses_every_item_frames()), _text_chunks("Done.")]
+    provider.transport = IterableTransport(lambda _r, _s: turns.pop(0), kind="sse")
+    events = await run_collect(
+        provider,
+        {"prompt": "x"},
+        options=make_options(wait_timeout_seconds=5),
+        commands=[submit_next_tool("ok") for _ in range(4)],
+    )
+    assert validate_agent_provider_events(provider.capabilities, events) == []
+    assert [(name, status) for name, _, status in tool_calls(events)] == [
+        ("f", "completed"),
+        ("g", "completed"),
+        ("grep", "completed"),
+        ("web_search_call", "completed"),
+        ("local_shell_call", "completed"),
+    ]
+    assert assistant_texts(events) == ["Text.", "No.", "Done."]
+    refused = [e for e in events if e["type"] == "message.completed" and e.get("meta")]
+    assert [e["meta"] for e in refused] == [{"refusal": True}]
+    assert reasoning_texts(events) == ["Think."]
+    assert terminal(events)["type"] == "run.completed"
