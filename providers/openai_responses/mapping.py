@@ -323,16 +323,23 @@ def _on_builtin_completed(call: ResponseCall, ctx: RunContext, event: Mapping[st
 
 
 def _finish_message(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:
+    """Text the deltas missed, then ``message.completed`` (citations of the final item's text
+    parts in ``meta.annotations``)."""
+    annotations: list[Any] = []
     for position, part in enumerate(raw.get("content") or ()):
         if not isinstance(part, Mapping):
             continue
         if part.get("type") == "output_text":
             _rest(item, ctx, ("text", position), _str(part.get("text")))
+            found = part.get("annotations")
+            annotations.extend(found if isinstance(found, list) else ())
         elif part.get("type") == "refusal":
             _rest(item, ctx, ("refusal", position), _str(part.get("refusal")))
     if item.opened:
-        meta = {"refusal": True} if item.refusal else None
-        ctx.complete_message(item.entity_id, meta=meta)
+        meta: dict[str, Any] = {"refusal": True} if item.refusal else {}
+        if annotations:
+            meta["annotations"] = annotations
+        ctx.complete_message(item.entity_id, meta=meta or None)
 
 
 def _finish_reasoning(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:

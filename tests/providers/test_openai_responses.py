@@ -585,3 +585,15 @@ async def test_every_item_kind_in_one_response() -> None:
     assert [e["meta"] for e in refused] == [{"refusal": True}]
     assert reasoning_texts(events) == ["Think."]
     assert terminal(events)["type"] == "run.completed"
+
+
+async def test_citations_of_the_final_text_go_into_meta() -> None:
+    citation = {"type": "url_citation", "url": "https://x.test/", "start_index": 0, "end_index": 4}
+    message = {"type": "message", "id": "m", "role": "assistant", "content": []}
+    text = {"type": "output_text", "text": "News", "annotations": [citation]}
+    events = await play(
+        [created(), added(0, **message), done(0, **message | {"content": [text]}), completed()]
+    )
+    finished = next(e for e in events if e["type"] == "message.completed" and e.get("meta"))
+    assert finished["meta"] == {"annotations": [citation]}
+    assert assistant_texts(events) == ["News"]
