@@ -24,7 +24,13 @@ DEMO_PROVIDER = "demo"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 ProviderKind = Literal[
-    "ag-ui", "openai-chat", "anthropic-messages", "agent-event", "local-demo", "fixture"
+    "ag-ui",
+    "openai-chat",
+    "openai-responses",
+    "anthropic-messages",
+    "agent-event",
+    "local-demo",
+    "fixture",
 ]
 Multitask = Literal["reject", "interrupt", "enqueue"]
 

@@ -9,9 +9,14 @@ it on every event). Per output item:
   ``reasoning_text``); its ``encrypted_content`` stays in the item kept for the transcript;
 - ``function_call`` → a tool handed to the app (``meta.executor = "app"``, ``call_id`` is the
   toolCallId); arguments from the deltas, ``tool.running`` at item done;
-- any other ``*_call`` item (``web_search_call``, ``code_interpreter_call`` …) → a tool the
-  runtime executes (``meta.executor = "server"``): running from the start, its inputs as
-  arguments and its results as result at item done.
+- a built-in tool OpenAI executes (``web_search_call``, ``file_search_call``,
+  ``code_interpreter_call``, ``image_generation_call``, ``mcp_call``, ``mcp_list_tools``) → a
+  tool the runtime executes (``meta.executor = "server"``): running from the start, its inputs
+  as arguments and its results as result at item done;
+- any other ``*_call`` item is one the client executes (``custom_tool_call``,
+  ``local_shell_call``, ``computer_call`` …) → handed to the app like a function call, its
+  inputs as arguments (a custom tool's free-form ``input`` as is); its result goes back as the
+  matching ``*_call_output`` item.
 
 A ``.done`` event whose text is longer than the deltas received supplies the rest (servers that
 send only ``.done``). The terminal events end the model call: ``response.completed`` and
@@ -38,6 +43,18 @@ TRUNCATED = "truncated_arguments"
 #: item fields that hold a built-in tool's results rather than its inputs
 _RESULT_FIELDS = frozenset({"results", "outputs", "output", "result", "error"})
 _ITEM_FIELDS = frozenset({"id", "type", "status"})
+#: built-in tools OpenAI executes itself; other ``*_call`` items are executed by the client
+SERVER_TOOLS = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+    }
+)
+_CLIENT_CALL_FIELDS = frozenset({"call_id", "name"})
 _PART_SEPARATOR = "\n\n"
 
 
@@ -67,7 +84,6 @@ class ResponseCall:
     item_ids: dict[str, int] = field(default_factory=dict)
     #: the final output items (``output_item.done``), sent back in the next request's input
     raw_items: dict[int, dict[str, Any]] = field(default_factory=dict)
-    response_id: str | None = None
     model: str | None = None
     status: str | None = None
     incomplete_reason: str | None = None
@@ -120,7 +136,6 @@ def _item_of(call: ResponseCall, event: Mapping[str, Any]) -> OutputItem:
 
 
 def _remember(call: ResponseCall, response: Mapping[str, Any]) -> None:
-    call.response_id = call.response_id or _str(response.get("id")) or None
     call.model = call.model or _str(response.get("model")) or None
 
 
@@ -189,11 +204,16 @@ def _on_item_added(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any]
         item = OutputItem(index, kind, ident, meta)
         ctx.request_tool(ident, name, index=index, executor="app", meta=meta or None)
         _tool_arguments(item, ctx, _str(raw.get("arguments")))
-    elif kind.endswith("_call"):
+    elif kind in SERVER_TOOLS:
         ident = _new_id(call, ctx, kind, index, upstream_id)
         item = OutputItem(index, kind, ident, {**meta, "executor": "server"})
         ctx.request_tool(ident, kind, index=index, meta=item.meta)
         ctx.tool_running(ident)
+    elif kind.endswith("_call"):
+        ident = _new_id(call, ctx, "call", index, _str(raw.get("call_id")) or upstream_id)
+        item = OutputItem(index, kind, ident, {**meta, "callType": kind})
+        name = _str(raw.get("name")) or kind
+        ctx.request_tool(ident, name, index=index, executor="app", meta=item.meta)
     else:  # an item the gateway has no entity for: kept for the transcript only
         item = OutputItem(index, kind, upstream_id, meta)
     call.items[index] = item
@@ -282,9 +302,16 @@ def _on_arguments_done(call: ResponseCall, ctx: RunContext, event: Mapping[str, 
 
 def _function_call(call: ResponseCall, event: Mapping[str, Any]) -> OutputItem:
     item = _item_of(call, event)
-    if item.type != "function_call" or item.done:
-        raise UpstreamProtocolError("Function call arguments arrived for no open function call.")
+    if item.type not in ("function_call", "custom_tool_call") or item.done:
+        raise UpstreamProtocolError("Tool call arguments arrived for no open tool call.")
     return item
+
+
+def _on_custom_input_done(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any]) -> None:
+    item = _function_call(call, event)
+    full = _str(event.get("input"))
+    if full.startswith(item.arguments):
+        _tool_arguments(item, ctx, full[len(item.arguments) :])
 
 
 def _on_builtin_completed(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any]) -> None:
@@ -296,16 +323,23 @@ def _on_builtin_completed(call: ResponseCall, ctx: RunContext, event: Mapping[st
 
 
 def _finish_message(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:
+    """Text the deltas missed, then ``message.completed`` (citations of the final item's text
+    parts in ``meta.annotations``)."""
+    annotations: list[Any] = []
     for position, part in enumerate(raw.get("content") or ()):
         if not isinstance(part, Mapping):
             continue
         if part.get("type") == "output_text":
             _rest(item, ctx, ("text", position), _str(part.get("text")))
+            found = part.get("annotations")
+            annotations.extend(found if isinstance(found, list) else ())
         elif part.get("type") == "refusal":
             _rest(item, ctx, ("refusal", position), _str(part.get("refusal")))
     if item.opened:
-        meta = {"refusal": True} if item.refusal else None
-        ctx.complete_message(item.entity_id, meta=meta)
+        meta: dict[str, Any] = {"refusal": True} if item.refusal else {}
+        if annotations:
+            meta["annotations"] = annotations
+        ctx.complete_message(item.entity_id, meta=meta or None)
 
 
 def _finish_reasoning(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:
@@ -318,10 +352,10 @@ def _finish_reasoning(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any])
 
 
 def _hand_to_app(item: OutputItem, ctx: RunContext, *, truncated: bool) -> None:
-    """A function call whose arguments are complete goes to the app; else it fails."""
+    """A call whose arguments are complete goes to the app; else it fails."""
     if not ctx.is_open("tool", item.entity_id):
         return
-    ok, _ = parse_arguments(item.arguments)
+    ok = True if item.type == "custom_tool_call" else parse_arguments(item.arguments)[0]
     if not ok or truncated:
         code = TRUNCATED if truncated else "invalid_arguments"
         message = "The tool call's arguments are not complete JSON."
@@ -345,6 +379,18 @@ def _finish_builtin(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -
     ctx.complete_tool(item.entity_id, result or {"status": status or "completed"})
 
 
+def _client_call_arguments(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:
+    if item.type == "custom_tool_call":
+        full = _str(raw.get("input"))
+        if full.startswith(item.arguments):
+            _tool_arguments(item, ctx, full[len(item.arguments) :])
+        return
+    skipped = _ITEM_FIELDS | _RESULT_FIELDS | _CLIENT_CALL_FIELDS
+    inputs = {k: v for k, v in raw.items() if k not in skipped}
+    if inputs and not item.arguments:
+        _tool_arguments(item, ctx, orjson.dumps(inputs).decode())
+
+
 def _on_item_done(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any]) -> None:
     item = _item_of(call, event)
     raw = event.get("item")
@@ -361,8 +407,12 @@ def _on_item_done(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any])
         if full.startswith(item.arguments):
             _tool_arguments(item, ctx, full[len(item.arguments) :])
         _hand_to_app(item, ctx, truncated=_str(raw.get("status")) == "incomplete")
-    elif ctx.is_open("tool", item.entity_id):
-        _finish_builtin(item, ctx, raw)
+    elif item.type in SERVER_TOOLS:
+        if ctx.is_open("tool", item.entity_id):
+            _finish_builtin(item, ctx, raw)
+    elif item.type.endswith("_call"):
+        _client_call_arguments(item, ctx, raw)
+        _hand_to_app(item, ctx, truncated=_str(raw.get("status")) == "incomplete")
 
 
 def finish_items(call: ResponseCall, ctx: RunContext, *, truncated: bool = False) -> None:
@@ -376,7 +426,9 @@ def finish_items(call: ResponseCall, ctx: RunContext, *, truncated: bool = False
             ctx.complete_message(item.entity_id, meta={"refusal": True} if item.refusal else None)
         elif item.type == "reasoning" and item.opened:
             ctx.complete_reasoning(item.entity_id)
-        elif item.type == "function_call":
+        elif item.type == "function_call" or (
+            item.type.endswith("_call") and item.type not in SERVER_TOOLS
+        ):
             _hand_to_app(item, ctx, truncated=truncated)
         elif item.upstream_completed and ctx.is_open("tool", item.entity_id):
             ctx.complete_tool(item.entity_id, {"status": "completed"})
@@ -416,6 +468,8 @@ EVENT_HANDLERS: dict[str, Handler] = {
     "response.reasoning_text.done": _part_handler("content", "text", "content_index", done=True),
     "response.function_call_arguments.delta": _on_arguments_delta,
     "response.function_call_arguments.done": _on_arguments_done,
+    "response.custom_tool_call_input.delta": _on_arguments_delta,
+    "response.custom_tool_call_input.done": _on_custom_input_done,
 }
 
 

@@ -50,10 +50,7 @@ class OpenAIResponsesProvider(ModelApiProvider[ResponseCall]):
         if not call.ended:
             raise UpstreamDropped("The response stream ended without its terminal event.")
         remember_response_turn(ctx.transcript, [call.raw_items[i] for i in sorted(call.raw_items)])
-        output: dict[str, Any] = {"stopReason": call.incomplete_reason or call.status}
-        if call.response_id:
-            output["responseId"] = call.response_id
-        ctx.output = output
+        ctx.output = {"stopReason": call.incomplete_reason or call.status}
         if call.usage is not None:
             self.record_usage(ctx, call.usage, normalise_responses_usage(call.usage))
 

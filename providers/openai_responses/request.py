@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
+import orjson
+
 from providers.model_calls import content_text
+from providers.openai_responses.mapping import SERVER_TOOLS
 
 __all__ = [
     "ENCRYPTED_REASONING",
     "build_responses_request",
+    "call_output_item",
     "content_to_responses",
     "history_to_input",
     "remember_response_turn",
@@ -25,6 +29,7 @@ __all__ = [
 ]
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_TEXT_OUTPUT_CALLS = ("function_call", "custom_tool_call")
 _TRANSCRIPT_TURNS = 64
 
 
@@ -70,8 +75,18 @@ def function_call_item(call: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def function_output_item(call_id: str, content: Any) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": content_text(content)}
+def call_output_item(
+    call_id: str, content: Any, call_type: str = "function_call"
+) -> dict[str, Any]:
+    """The result of a call the app executed: ``function_call_output`` (text), or the matching
+    ``*_call_output`` of a client-executed built-in tool (its JSON result as an object)."""
+    output: Any = content_text(content)
+    if call_type not in _TEXT_OUTPUT_CALLS:
+        try:
+            output = orjson.loads(output)
+        except orjson.JSONDecodeError:
+            pass
+    return {"type": f"{call_type}_output", "call_id": call_id, "output": output}
 
 
 def remember_response_turn(
@@ -87,11 +102,7 @@ def remember_response_turn(
         for part in item.get("content") or ()
         if isinstance(part, Mapping) and part.get("type") == "output_text"
     )
-    call_ids = [
-        str(item["call_id"])
-        for item in items
-        if item.get("type") == "function_call" and item.get("call_id")
-    ]
+    call_ids = [str(item["call_id"]) for item in items if item.get("call_id")]
     turns = transcript.setdefault("responseTurns", [])
     turns.append({"text": text, "callIds": call_ids, "items": [dict(i) for i in items]})
     del turns[:-_TRANSCRIPT_TURNS]
@@ -125,18 +136,31 @@ def history_to_input(
         for entry in history
         if entry.get("role") == "tool"
     }
+    server = _server_tool_ids(history, transcript)
+    call_types = {
+        str(item["call_id"]): str(item.get("type") or "function_call")
+        for turn in transcript.get("responseTurns") or ()
+        if isinstance(turn, Mapping)
+        for item in turn.get("items") or ()
+        if isinstance(item, Mapping) and item.get("call_id")
+    }
     sent: set[str] = set()
     used: set[int] = set()
     items: list[dict[str, Any]] = []
 
     def output_of(call_id: str) -> None:
         if call_id in outputs and call_id not in sent:
-            items.append(function_output_item(call_id, outputs[call_id]))
+            call_type = call_types.get(call_id, "function_call")
+            items.append(call_output_item(call_id, outputs[call_id], call_type))
             sent.add(call_id)
 
     for entry in history:
         role = entry.get("role")
         if role == "assistant":
+            calls = [c for c in entry.get("toolCalls") or () if str(c.get("id")) not in server]
+            if not calls and not content_text(entry.get("content")):
+                continue  # only built-in tool calls: their items come with the kept turn
+            entry = {**entry, "toolCalls": calls}
             covered: set[str] = set()
             turns = _kept_turns(transcript, entry, used)
             for turn in turns:
@@ -151,7 +175,7 @@ def history_to_input(
             for call in rest:
                 items.append(function_call_item(call))
                 output_of(str(call.get("id")))
-        elif role == "tool":
+        elif role == "tool" and str(entry.get("toolCallId")) not in server:
             output_of(str(entry.get("toolCallId")))
         elif role in ("system", "developer"):
             items.append({"role": role, "content": content_text(entry.get("content"))})
@@ -160,6 +184,25 @@ def history_to_input(
             if parts:
                 items.append({"role": "user", "content": parts})
     return items
+
+
+def _server_tool_ids(
+    history: Sequence[Mapping[str, Any]], transcript: Mapping[str, Any]
+) -> set[str]:
+    """Ids of the built-in tools OpenAI ran: their items travel inside the kept turns (or,
+    without one, cannot be rebuilt), never as function calls and outputs."""
+    ids = {
+        str(call.get("id"))
+        for entry in history
+        if entry.get("role") == "assistant"
+        for call in entry.get("toolCalls") or ()
+        if call.get("name") in SERVER_TOOLS
+    }
+    for turn in transcript.get("responseTurns") or ():
+        for item in turn.get("items") or () if isinstance(turn, Mapping) else ():
+            if isinstance(item, Mapping) and item.get("type") in SERVER_TOOLS:
+                ids.add(str(item.get("id")))
+    return ids
 
 
 def tools_to_responses(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -462,3 +462,36 @@ def responses_frames(
     if done:
         frames.append("data: [DONE]\n\n")
     return frames
+
+
+def responses_every_item_frames() -> Frames:
+    """One response with every kind of output item the provider maps: reasoning, a message,
+    two function calls, a custom tool call, an OpenAI-executed web search, a client-executed
+    local shell call and a refusal."""
+    frames = responses_frames(
+        reasoning="Think.", text="Text.", tool_calls=[("c1", "f", '{"a":1}'), ("c2", "g", "{}")]
+    )
+    custom = {"type": "custom_tool_call", "id": "ctc", "call_id": "cc", "name": "grep"}
+    search = {"type": "web_search_call", "id": "ws"}
+    refusal = {"type": "message", "id": "msg_r", "role": "assistant", "content": []}
+    added, done = "response.output_item.added", "response.output_item.done"
+    extra = [
+        responses_event(added, output_index=4, item={**custom, "input": ""}),
+        responses_event("response.custom_tool_call_input.delta", output_index=4, delta="ab"),
+        responses_event(done, output_index=4, item={**custom, "input": "abc"}),
+        responses_event(added, output_index=5, item=search),
+        responses_event("response.web_search_call.completed", output_index=5, item_id="ws"),
+        responses_event(
+            added, output_index=6, item={"type": "local_shell_call", "id": "ls", "call_id": "lc"}
+        ),
+        responses_event(added, output_index=7, item=refusal),
+        responses_event(
+            "response.content_part.added",
+            output_index=7,
+            content_index=0,
+            part={"type": "refusal", "refusal": ""},
+        ),
+        responses_event("response.refusal.delta", output_index=7, content_index=0, delta="No."),
+        responses_event(done, output_index=7, item=refusal),
+    ]
+    return [*frames[:-1], *extra, frames[-1]]

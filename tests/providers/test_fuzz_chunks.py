@@ -21,12 +21,14 @@ from hypothesis import strategies as st
 from core.events import RUN_TERMINAL_TYPES
 from providers.contract import AgentEvent, AgentProvider
 from providers.errors import UpstreamEventTooLarge, UpstreamMalformedChunk
+from providers.recorded import parse_sse_text
 from providers.recorded_replay import recorded_turns
 from providers.registry import create_provider
 from providers.testing import make_options, run_collect
 from providers.transports import IterableTransport
 from providers.transports.sse import SSEParser
 from providers.validator import validate_agent_provider_events
+from tests.providers.mock_upstreams import responses_every_item_frames
 from tests.providers.replay_helpers import FIXTURES, final_state
 
 FUZZ = settings(
@@ -277,6 +279,13 @@ async def test_mutated_recordings(kind: str, data: st.DataObject, ops: Any) -> N
 @given(chunks=random_chunks)
 async def test_random_chunks(kind: str, chunks: list[Any]) -> None:
     _check_run(kind, await _run(kind, [chunks]))
+
+
+@FUZZ
+@given(ops=mutations)
+async def test_mutated_responses_stream_with_every_item_kind(ops: Any) -> None:
+    turns = [parse_sse_text("".join(responses_every_item_frames()))]
+    _check_run("openai-responses", await _run("openai-responses", _apply(turns, ops)))
 
 
 # -- the SSE event parser -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``agent-gateway validate --kind KIND FILE`` over recorded streams of the three dialects."""
+"""``agent-gateway validate --kind KIND FILE`` over recorded streams of every model dialect."""
 
 from __future__ import annotations
 
@@ -101,3 +101,35 @@ def test_agui_line_that_is_not_json_fails_the_run(capsys: pytest.CaptureFixture[
     assert code == 0 and out["issues"] == []
     (run,) = out["state"]["runs"].values()
     assert run["error"]["details"]["rule"] == "AGUI502"
+
+
+def test_openai_responses_tool_loop_recording_plays_every_response(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = FIXTURES / "openai-responses" / "openai-reasoning-encrypted-content.1.chunks.txt"
+    code, out = run_cli(capsys, "--kind", "openai-responses", str(path))
+    assert code == 0 and out["issues"] == []
+    (run,) = out["state"]["runs"].values()
+    assert run["status"] == "completed" and run["output"]["stopReason"] == "completed"
+    assert [t["status"] for t in out["state"]["toolCalls"].values()] == ["completed"] * 3
+    assert texts(out["state"]) == ["The final result is **570**."]
+    printed = orjson.dumps(out).decode()
+    assert "encrypted_content" not in printed and "gAAAAA" not in printed  # Fernet tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("openai-node-ResponseStream.standard-text.sse", "completed"),
+        ("openai-error.1.chunks.txt", "failed"),
+        ("openai-client-tool-search.2.chunks.txt", "cancelled"),  # ends waiting on the app
+    ],
+)
+def test_openai_responses_recordings(
+    capsys: pytest.CaptureFixture[str], name: str, status: str
+) -> None:
+    code, out = run_cli(
+        capsys, "--kind", "openai-responses", str(FIXTURES / "openai-responses" / name)
+    )
+    assert code == 0 and out["issues"] == []
+    assert [r["status"] for r in out["state"]["runs"].values()] == [status]
