@@ -17,6 +17,17 @@ from app.backends.base import (
     Snapshot,
 )
 from app.backends.memory import MemoryBackend
+from app.backends.roles import (
+    ConversationStore,
+    EventAppender,
+    EventReader,
+    IdempotencyStore,
+    Lifecycle,
+    QueuedRuns,
+    RunSignals,
+    RunSlots,
+    Snapshots,
+)
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -26,12 +37,21 @@ __all__ = [
     "Backend",
     "ConversationMeta",
     "ConversationRef",
+    "ConversationStore",
+    "EventAppender",
+    "EventReader",
     "IdempotencyRecord",
+    "IdempotencyStore",
+    "Lifecycle",
     "LogEntry",
     "MemoryBackend",
+    "QueuedRuns",
     "ReadResult",
     "RunControl",
+    "RunSignals",
+    "RunSlots",
     "Snapshot",
+    "Snapshots",
     "create_backend",
 ]
 

@@ -27,7 +27,7 @@ import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from app.backends import Backend, ConversationRef
+from app.backends import ConversationRef, Snapshots
 from app.config import WebhooksSection
 from core.runs import RUN_TERMINAL_TYPE_LIST
 
@@ -82,7 +82,7 @@ class WebhookDispatcher:
     def __init__(
         self,
         config: WebhooksSection,
-        backend: Backend,
+        backend: Snapshots,
         registry: CollectorRegistry | None = None,
         *,
         max_attempts: int = 6,

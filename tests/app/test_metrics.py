@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.backends import ConversationMeta, ConversationRef, MemoryBackend, ReadResult
+from app.backends import Backend, ConversationMeta, ConversationRef, MemoryBackend, ReadResult
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
@@ -253,6 +253,19 @@ async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
     )
     assert sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="read") == 1
     assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="read") is None
+
+
+def test_instrumented_backend_delegates_every_backend_operation() -> None:
+    """A Backend method it does not define itself would not reach the wrapped backend."""
+    operations = {
+        name
+        for klass in Backend.__mro__
+        if klass.__module__.startswith("app.backends")
+        for name, value in vars(klass).items()
+        if callable(value) and not name.startswith("_")
+    }
+    assert len(operations) >= 26
+    assert operations <= set(vars(InstrumentedBackend)), operations - set(vars(InstrumentedBackend))
 
 
 async def test_instrumented_backend_names_the_backend_from_its_class() -> None:

@@ -36,4 +36,32 @@ def test_backends_surface() -> None:
         "RunControl",
         "Snapshot",
         "create_backend",
+        *ROLES,
     }
+
+
+ROLES = (
+    "ConversationStore",
+    "EventAppender",
+    "EventReader",
+    "IdempotencyStore",
+    "Lifecycle",
+    "QueuedRuns",
+    "RunSignals",
+    "RunSlots",
+    "Snapshots",
+)
+
+
+def test_backend_is_the_composition_of_its_roles() -> None:
+    roles = {getattr(app.backends, name) for name in ROLES}
+    assert roles <= set(app.backends.Backend.__mro__)
+    for backend in (app.backends.MemoryBackend, *_redis_backend()):
+        assert app.backends.Backend in backend.__mro__
+        assert not getattr(backend, "__abstractmethods__", None), backend
+
+
+def _redis_backend() -> tuple[type, ...]:
+    from app.backends.redis import RedisBackend
+
+    return (RedisBackend,)
