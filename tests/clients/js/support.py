@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import re
@@ -161,3 +162,33 @@ async def run_node_tests_async(
         return parse_tap(-1, out.decode(errors="replace") + "\n(timed out)")
     code = -1 if proc.returncode is None else proc.returncode
     return parse_tap(code, out.decode(errors="replace"))
+
+
+#: The reply of the ``fixture`` provider the provider-switch tests select (unlike ``demo``'s).
+FIXTURE_TEXT = "Fixture answer."
+
+
+def write_fixed_reply(path: Path) -> Path:
+    """A ``fixture`` provider's recording: one run answering ``FIXTURE_TEXT``."""
+
+    def event(seq: int, type_: str, payload: dict[str, object]) -> dict[str, object]:
+        return {
+            "protocolVersion": "0.1",
+            "type": type_,
+            "eventId": f"e{seq}",
+            "sessionId": "s",
+            "runId": "r",
+            "sequence": seq,
+            "timestamp": 0,
+            "payload": payload,
+        }
+
+    events = [
+        event(0, "run.started", {}),
+        event(1, "message.started", {"messageId": "m", "role": "assistant"}),
+        event(2, "message.delta", {"messageId": "m", "delta": FIXTURE_TEXT}),
+        event(3, "message.completed", {"messageId": "m"}),
+        event(4, "run.completed", {}),
+    ]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
