@@ -8,6 +8,15 @@ from pathlib import Path
 from tests.clients.js.support import CLIENT, ensure_node_modules, npm
 
 ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 EXAMPLE = ROOT / "examples" / "antd-x-chat"
 DIST = EXAMPLE / "dist"
 #: What the build reads: the example's sources and config, and the client package it links.

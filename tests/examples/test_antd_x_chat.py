@@ -10,21 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
 from tests.app.gateway_server import RunningGateway, launch, make_settings
 from tests.clients.js.support import FIXTURE_TEXT, write_fixed_reply
 from tests.examples.support import ROOT
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = ROOT / "artifacts" / "antd-x-chat.png"
 KEY = "antd-x-e2e"
 STREAMING = """() => {
@@ -35,16 +26,6 @@ STREAMING = """() => {
 }"""
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 @pytest.fixture
