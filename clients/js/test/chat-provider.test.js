@@ -224,3 +224,17 @@ test("a gateway refusal reaches onError with its code (unknown provider)", { ski
   assert.equal(await getJSON(`/v1/conversations/${conversationKey}/state`), null);
   view.unmount();
 });
+
+test("onReload(id, {reload: true}) is the gateway's reload: a new run of the last input", { skip: NEEDS_GATEWAY }, async () => {
+  const { conversationKey, provider } = setup("reload");
+  const view = await mountXChat({ provider, conversationKey });
+  view.chat.onRequest({ prompt: "say it twice" });
+  const first = await waitFor(done(view), "the first run");
+  const firstRun = first.message.runId;
+  view.chat.onReload(first.id, { reload: true });
+  await waitFor(() => view.last.message.runId !== firstRun && view.last.status === "success", "the reload");
+  assert.equal(view.chat.messages.length, 2); // the reloaded answer replaces the old one
+  assert.match(view.last.message.content, /^You said: say it twice\./);
+  assert.equal((await runsOf(conversationKey)).length, 2);
+  view.unmount();
+});
