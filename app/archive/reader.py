@@ -6,8 +6,8 @@ continues it: the same meta (``sessionId``, session started, transcripts), and t
 replayed, so the state and the upstream history are the conversation's. A run archived as
 running whose end never came reads back ended ``run.failed`` ``gateway_instance_lost``.
 
-A database that fails or is slow (``READ_TIMEOUT_SECONDS``) reads as "not archived": the
-gateway answers from the live backend alone rather than waiting on the archive.
+A database that fails, is slow (``READ_TIMEOUT_SECONDS``) or whose last write failed reads as
+"not archived": the gateway answers from the live backend alone rather than waiting on it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ArchiveReader:
         self._writer = writer
 
     async def _load(self, ref: ConversationRef) -> ArchivedConversation | None:
-        if self._writer.is_deleting(ref):
+        if self._writer.is_deleting(ref) or self._writer.failing:
             return None
         try:
             return await asyncio.wait_for(self._store.load(ref), READ_TIMEOUT_SECONDS)

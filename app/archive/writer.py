@@ -82,6 +82,8 @@ class ArchiveWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        #: The last write failed (the database is down or refusing): reads skip the archive.
+        self.failing = False
 
     # --- hooks (synchronous: they only queue) --------------------------------------------
     def capture(self, ref: ConversationRef, entry: LogEntry) -> None:
@@ -205,6 +207,7 @@ class ArchiveWriter:
             try:
                 await self._store.apply(batch, time.time() * 1000)
             except Exception as exc:
+                self.failing = True
                 self._metrics.failed.inc()
                 logger.warning(
                     "archive write of %d operation(s) failed (%s); retrying in %.1f s",
@@ -215,5 +218,6 @@ class ArchiveWriter:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._retry_max)
                 continue
+            self.failing = False
             self._metrics.ok.inc()
             return
