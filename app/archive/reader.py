@@ -7,13 +7,15 @@ replayed, so the state and the upstream history are the conversation's. A run ar
 running whose end never came reads back ended ``run.failed`` ``gateway_instance_lost``.
 
 A database that fails, is slow (``READ_TIMEOUT_SECONDS``) or whose last write failed reads as
-"not archived": the gateway answers from the live backend alone rather than waiting on it.
+"not archived": the gateway answers from the live backend alone rather than waiting on it, and
+after a failed read skips the archive for ``READ_BACKOFF_SECONDS``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from app.archive.records import ArchivedConversation
@@ -26,7 +28,8 @@ from core.store import AgentStore
 __all__ = ["READ_TIMEOUT_SECONDS", "ArchiveReader", "close_lost_runs"]
 
 logger = logging.getLogger("app.archive")
-READ_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 1.0
+READ_BACKOFF_SECONDS = 5.0
 
 
 def _running(state: dict[str, Any]) -> list[str]:
@@ -50,14 +53,22 @@ class ArchiveReader:
     def __init__(self, store: ArchiveStore, writer: ArchiveWriter) -> None:
         self._store = store
         self._writer = writer
+        self._skip_until = 0.0
+
+    def _available(self) -> bool:
+        return not self._writer.failing and time.monotonic() >= self._skip_until
+
+    def _failed(self, ref: ConversationRef, exc: BaseException) -> None:
+        self._skip_until = time.monotonic() + READ_BACKOFF_SECONDS
+        logger.warning("archive read of %s failed: %s", ref.key, describe_error(exc))
 
     async def _load(self, ref: ConversationRef) -> ArchivedConversation | None:
-        if self._writer.is_deleting(ref) or self._writer.failing:
+        if self._writer.is_deleting(ref) or not self._available():
             return None
         try:
             return await asyncio.wait_for(self._store.load(ref), READ_TIMEOUT_SECONDS)
         except Exception as exc:
-            logger.warning("archive read of %s failed: %s", ref.key, describe_error(exc))
+            self._failed(ref, exc)
             return None
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
@@ -76,7 +87,7 @@ class ArchiveReader:
         try:
             entries = await asyncio.wait_for(self._store.load_entries(ref), READ_TIMEOUT_SECONDS)
         except Exception as exc:
-            logger.warning("archive read of %s failed: %s", ref.key, describe_error(exc))
+            self._failed(ref, exc)
             return None
         live: Backend = getattr(backend, "inner", backend)  # replayed entries are archived already
         meta = archived.meta
