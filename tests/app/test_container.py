@@ -32,8 +32,9 @@ import websockets
 import yaml  # type: ignore[import-untyped]
 
 from app.config import Settings, load_settings
-from tests.app.redis_support import SHARED_REDIS_URL, free_port
-from tests.app.test_redis_cluster import Subscriber, cluster, is_terminal
+from tests.app.cluster_support import Subscriber, cluster, is_terminal
+from tests.app.redis_support import SHARED_REDIS_URL
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -17,8 +17,7 @@ import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
 from core import create_agent_state, project_messages, reduce_agent_state
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
+from tests.app.gateway_server import StartGateway, make_settings
 
 STATIC = Path(__file__).resolve().parents[2] / "app" / "static"
 CHROMIUM = "/usr/bin/chromium"

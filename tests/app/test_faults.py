@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from app.backends import EMPTY_CURSOR
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
@@ -300,11 +299,12 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
     from app.streams.sse import _snapshots
 
     settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
-    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    provider = ScriptedProvider()
+    gw = await start_gateway(settings, providers={"demo": provider}, sndbuf=4096)
     path = "/v1/conversations/mid/events"
     ref = ConversationRef("anonymous", "mid")
     async with gw.client() as client:
-        await start_run(client, "mid", "text:100:20000 sleep:3 text:5 sleep:30")
+        await start_run(client, "mid", "text:100:20000 gate:later text:5 sleep:30")
         await wait_state(client, "mid", lambda s: len(str(s["messages"])) > 100 * 20000)
         stalled = await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
         try:
@@ -317,6 +317,7 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
             assert in_flight is not None
             shared_cursor = in_flight.cursor
             del in_flight
+            provider.gates["later"].set()
             later = await wait_state(
                 client, "mid", lambda s: s["cursor"] != shared_cursor, within=10
             )  # the 5 small deltas are logged: the new subscriber's snapshot is later

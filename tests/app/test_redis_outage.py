@@ -16,8 +16,9 @@ from app.api.errors import ApiError
 from app.backends import ConversationRef, LogEntry
 from app.backends.redis import RedisBackend, redis_client
 from tests.app.backend_contract import event, meta
+from tests.app.cluster_support import Subscriber, cluster, is_terminal
 from tests.app.redis_support import private_redis, unique_prefix
-from tests.app.test_redis_cluster import Subscriber, cluster, eventually, is_terminal
+from tests.support import eventually
 
 
 async def _follow(

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from app.backends import ConversationRef
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 

@@ -10,8 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider

@@ -28,8 +28,7 @@ from app.observability.webhooks import (
     sign_payload,
     verify_signature,
 )
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider

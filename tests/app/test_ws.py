@@ -9,8 +9,7 @@ import orjson
 import pytest
 import websockets
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
