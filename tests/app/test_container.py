@@ -231,6 +231,7 @@ async def nginx_in_front() -> AsyncIterator[str]:
             yield address
 
 
+@pytest.mark.slow
 async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
     async with nginx_in_front() as address:
         base = f"http://{address}"
@@ -265,6 +266,7 @@ async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
             assert "x-accel-buffering" not in stream.headers
 
 
+@pytest.mark.slow
 async def test_websocket_upgrade_through_nginx() -> None:
     async with nginx_in_front() as address:
         url = f"ws://{address}/v1/conversations/w1/ws"

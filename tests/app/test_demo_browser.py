@@ -163,6 +163,7 @@ def _issue_keys(state: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(i["code"], i["eventId"], i["runId"]) for i in state["issues"]]
 
 
+@pytest.mark.slow
 async def test_js_reducer_agrees_with_core(browser: Browser) -> None:
     rng = random.Random(20260107)
     streams = [_random_stream(rng) for _ in range(300)]
@@ -222,6 +223,7 @@ def _last(page: Page, selector: str) -> Locator:
     return page.locator(selector).last
 
 
+@pytest.mark.slow
 async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGateway) -> None:
     settings = make_settings(
         gateway={"default_provider": "demo"},

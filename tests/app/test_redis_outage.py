@@ -20,6 +20,8 @@ from tests.app.cluster_support import Subscriber, cluster, is_terminal
 from tests.app.redis_support import private_redis, unique_prefix
 from tests.support import eventually
 
+pytestmark = pytest.mark.slow  # stops and restarts a redis-server of its own
+
 
 async def _follow(
     backend: RedisBackend, ref: ConversationRef, after: str, out: list[LogEntry]
