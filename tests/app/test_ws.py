@@ -17,8 +17,10 @@ from tests.app.helpers import (
     stalled_client,
     start_run,
     terminal,
+    wait_metric,
 )
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 KEY = "w1"
 
@@ -186,15 +188,20 @@ async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None
     )
     try:
         async with gw.client() as client:
-            await asyncio.sleep(0.2)
+            slots = gw.gateway.runs.limits.subscribers.by_conversation
+            await eventually(lambda: sum(slots.values()) == 1, what="the stalled one subscribed")
+            following = asyncio.Event()
             healthy = asyncio.create_task(
-                collect_sse(client, f"/v1/conversations/{KEY}/events", stop=terminal)
+                collect_sse(
+                    client, f"/v1/conversations/{KEY}/events", stop=terminal, first_frame=following
+                )
             )
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(following.wait(), 10)
             await start_run(client, KEY, "text:200:2000")
             frames = await asyncio.wait_for(healthy, 20)
             assert events_of(frames)[-1]["type"] == "run.completed"
-            await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
-            assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not dropped"
+            # Still stalled (never read): dropped once send_timeout_seconds passed.
+            await wait_metric(client, "agent_gateway_dropped_subscribers_total", 1, "ws")
+            assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not closed"
     finally:
         sock.close()
