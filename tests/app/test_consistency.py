@@ -15,6 +15,7 @@ import pytest
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 ROUNDS = 8
 
@@ -206,7 +207,8 @@ async def test_a_new_run_while_the_last_one_finishes_up_is_accepted(
         posting = asyncio.create_task(
             other.post(f"/v1/conversations/{key}/runs", json={"input": {"prompt": "text:2"}})
         )
-        await asyncio.sleep(0.2)
+        requests = instances[-1].server.server_state.tasks
+        await eventually(lambda: len(requests) == 1, what="the POST is being served")
         hold.set()
         answer = await posting
         assert answer.status_code == 202, answer.text  # not 409 run_in_progress

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.observability.metrics import OTHER, GatewayMetrics, LabelGuard
 from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, wait_state
+from tests.app.helpers import collect_sse, events_of, start_run, wait_metric, wait_state
 
 
 class FakeClock:
@@ -281,7 +281,7 @@ async def test_gateway_metrics_endpoint(start_gateway: StartGateway, backend_kin
                 ),
             )
         )
-        await asyncio.sleep(0.3)
+        await wait_metric(client, "agent_gateway_subscribers", 1)
         during = _scrape((await client.get("/metrics")).text)
         assert _value(during, "agent_gateway_subscribers", transport="sse") == 1
 

@@ -14,6 +14,7 @@ from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 KEY = "wait-1"
 BASE = f"/v1/conversations/{KEY}"
@@ -61,7 +62,8 @@ async def test_wait_returns_on_an_abort_from_elsewhere(gw: RunningGateway) -> No
     async with gw.client() as client:
         run = await start_run(client, KEY, "sleep:10")
         waiter = asyncio.create_task(timed_wait(client, run["runId"], 20))
-        await asyncio.sleep(0.3)
+        requests = gw.server.server_state.tasks
+        await eventually(lambda: len(requests) == 1, what="the wait request is being served")
         assert not waiter.done()
         began = time.monotonic()
         assert (await client.post(f"{BASE}/abort", json={})).status_code == 202

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -23,6 +22,7 @@ from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 from tests.app.security_upstream import serve_upstream
+from tests.support import eventually
 
 TOKENS = {"tok-a": "alice", "tok-b": "bob"}
 
@@ -158,10 +158,8 @@ async def test_subscribers_per_conversation(start_gateway: StartGateway) -> None
             frames = await collect_sse(bob, path, stop=lambda f: True)  # bob's own c1
             assert frames[0].event == "snapshot"
         # The slot is free again once the first subscriber left.
-        for _ in range(100):
-            if not gw.gateway.runs.limits.subscribers.by_conversation:
-                break
-            await asyncio.sleep(0.02)
+        slots = gw.gateway.runs.limits.subscribers.by_conversation
+        await eventually(lambda: not slots, what="the first subscriber's slot is freed")
         frames = await collect_sse(alice, path, stop=lambda f: True)
         assert frames[0].event == "snapshot"
 
