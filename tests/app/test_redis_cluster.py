@@ -59,7 +59,7 @@ async def test_abort_via_b_closes_the_upstream_of_the_run_on_a() -> None:
         res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
         assert res.status_code == 202, res.text
         await asyncio.wait_for(upstream.started.wait(), 10)
-        await asyncio.sleep(0.3)
+        await eventually(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 3)
         async with httpx.AsyncClient(base_url=b.url, timeout=10.0) as client:
             t0 = time.monotonic()
             answer = await client.post("/v1/conversations/c1/abort", json={})
@@ -163,7 +163,7 @@ async def test_interrupt_from_two_instances_never_runs_two_at_once() -> None:
         await sub.started()
         first = await post_run(a.url, "c2", {"input": {"prompt": "sleep:5"}})
         assert first.status_code == 202
-        await asyncio.sleep(0.5)
+        await eventually(lambda: any(e["type"] == "run.started" for e in sub.events))
         second = await post_run(
             b.url, "c2", {"input": {"prompt": "text:2"}, "multitask": "interrupt"}
         )
