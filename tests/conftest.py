@@ -29,6 +29,15 @@ from tests.app.redis_support import shared_redis, unique_prefix
 BACKENDS = ("memory", "redis")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``) the slow tests (a browser, nginx, redis-servers
+    of their own, gateway processes) run on one worker, one after another: they never compete
+    with each other for the machine's cores, whose load their wall-clock bounds assume."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("slow"))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_kind" not in metafunc.fixturenames:
         return

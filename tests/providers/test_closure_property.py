@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from providers.errors import UpstreamDropped
 from providers.testing import assert_provider_contract, make_options
-from tests.providers.test_base import ScriptProvider
+from tests.providers.script_provider import ScriptProvider
 
 KINDS = ("message", "reasoning", "tool", "app_tool", "approval", "task", "artifact")
 
