@@ -41,7 +41,8 @@ def unique_prefix() -> str:
 
 @contextlib.asynccontextmanager
 async def shared_redis(prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(SHARED_REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+    # Generous: under load 50 connections opened at once (claim races) take a while.
+    client = Redis.from_url(SHARED_REDIS_URL, socket_timeout=10, socket_connect_timeout=10)
     try:
         yield client
     finally:
