@@ -14,13 +14,14 @@ from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
     events_of,
+    metric,
     stalled_client,
     start_run,
     terminal,
     wait_metric,
 )
 from tests.app.scripted_provider import ScriptedProvider
-from tests.support import eventually
+from tests.support import eventually, eventually_async
 
 KEY = "w1"
 
@@ -205,3 +206,16 @@ async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None
             assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not closed"
     finally:
         sock.close()
+
+
+async def test_an_open_websocket_counts_as_a_subscriber(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        async with websockets.connect(ws_url(gw)) as ws:
+            assert (await recv(ws))["type"] == "snapshot"
+            await wait_metric(client, "agent_gateway_subscribers", 1, "ws")
+            assert await metric(client, "agent_gateway_subscribers", "ws") == 1
+
+        async def gone() -> bool:
+            return await metric(client, "agent_gateway_subscribers", "ws") == 0
+
+        await eventually_async(gone, what="the closed WebSocket is no longer counted")
