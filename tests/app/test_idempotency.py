@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 
 from app.cli.gateway import openapi_document
+from tests.app.cluster_support import cluster
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import wait_state
-from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 from tests.support import eventually_async
 
@@ -184,25 +182,9 @@ async def test_command_with_a_key_is_answered_once(gw: RunningGateway) -> None:
 # --- two instances on one Redis ---------------------------------------------------------------
 
 
-@asynccontextmanager
-async def two_instances() -> AsyncIterator[tuple[GatewayProcess, GatewayProcess]]:
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        try:
-            a.start()
-            b.start()
-            await asyncio.gather(a.wait_ready(), b.wait_ready())
-            yield a, b
-        finally:
-            a.close()
-            b.close()
-
-
 async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None:
     async with (
-        two_instances() as (a, b),
+        cluster() as (a, b),
         httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
         httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
     ):
