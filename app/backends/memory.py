@@ -12,11 +12,11 @@ import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from app.backends.base import (
+from app.backends.base import Backend
+from app.backends.types import (
     EMPTY_CURSOR,
-    Backend,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -26,6 +26,7 @@ from app.backends.base import (
     Snapshot,
 )
 from app.ids import new_token
+from core.runs import AbortReason
 from core.store import AgentStore
 from providers.contract import Command
 
@@ -293,7 +294,7 @@ class MemoryBackend(Backend):
         self,
         ref: ConversationRef,
         run_id: str | None,
-        reason: Literal["aborted", "interrupted", "shutdown"] = "aborted",
+        reason: AbortReason = "aborted",
     ) -> str | None:
         control = self._runs.get(ref)
         if control is None or (run_id is not None and control.run_id != run_id):
@@ -307,6 +308,26 @@ class MemoryBackend(Backend):
             return False
         control.deliver(command)
         return True
+
+    # --- the queue of enqueued runs ----------------------------------------------------------
+    # One instance: the RunManager's own per-conversation queue is the whole queue, so the
+    # backend keeps none (every run may claim the slot; nothing is dropped elsewhere).
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+    ) -> bool:
+        return True
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
+
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        return 0
+
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

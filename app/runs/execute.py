@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from app.backends import Backend, ConversationRef
 from app.config import Settings
@@ -20,6 +20,7 @@ from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.limits import cap_artifact
+from core.runs import TITLE_MAX_CHARS, AbortReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
 from providers.runner import run_agent_provider
@@ -28,7 +29,6 @@ from providers.signal import AbortSignal
 __all__ = ["START_WAIT_SECONDS", "ActiveRun", "RunRequest", "execute_run", "title_of"]
 
 logger = logging.getLogger("app.runs")
-TITLE_MAX = 80
 #: How long the 202 of a started run waits for its ``run.started`` to be logged (at most).
 START_WAIT_SECONDS = 5.0
 
@@ -77,7 +77,7 @@ class ActiveRun:
         #: Its terminal event is logged (it still holds the slot while it finishes up).
         self.ended = False
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
+    def abort(self, reason: AbortReason) -> None:
         self.signal.abort(reason)
 
     def deliver(self, command: Command) -> None:
@@ -85,13 +85,13 @@ class ActiveRun:
 
 
 def title_of(input: dict[str, Any]) -> str | None:
-    """The session title: the first prompt's text, cut to 80 characters."""
+    """The session title: the first prompt's text, cut to ``TITLE_MAX_CHARS`` characters."""
     prompt = input.get("prompt")
     if isinstance(prompt, str) and prompt:
-        return prompt[:TITLE_MAX]
+        return prompt[:TITLE_MAX_CHARS]
     content = input.get("content")
     if isinstance(content, str) and content:
-        return content[:TITLE_MAX]
+        return content[:TITLE_MAX_CHARS]
     if isinstance(content, list):
         texts = [
             part.get("text", "")
@@ -99,7 +99,7 @@ def title_of(input: dict[str, Any]) -> str | None:
             if isinstance(part, dict) and part.get("type") == "text"
         ]
         text = " ".join(t for t in texts if isinstance(t, str) and t)
-        return text[:TITLE_MAX] or None
+        return text[:TITLE_MAX_CHARS] or None
     return None
 
 
