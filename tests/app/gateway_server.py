@@ -1,7 +1,8 @@
 """A reusable in-process gateway on loopback for tests: real uvicorn, real sockets.
 
-``start_gateway`` (fixture in conftest) starts ``create_app(settings, providers=...)`` on a free
-port in the test's event loop and stops it after the test.
+``start_gateway`` (fixture in ``tests/conftest.py``) starts ``create_app(settings, providers=...)``
+on a free port in the test's event loop, on the memory or the Redis backend, and stops it after
+the test.
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ import contextlib
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from app.backends import Backend
+from app.backends.redis import RedisBackend, redis_client
 from app.config import Settings
 from app.factory import create_app
 from app.gateway import Gateway
 from app.server import GatewayServer
 from providers.contract import AgentProvider
+from tests.app.redis_support import SHARED_REDIS_URL
 
-__all__ = ["RunningGateway", "launch", "make_settings"]
+__all__ = ["RunningGateway", "StartGateway", "launch", "make_settings", "redis_backend_for"]
 
 
 def make_settings(**sections: Mapping[str, Any]) -> Settings:
@@ -32,6 +35,20 @@ def make_settings(**sections: Mapping[str, Any]) -> Settings:
     data = {name: dict(values) for name, values in sections.items()}
     data.setdefault("gateway", {}).setdefault("shutdown_grace_seconds", 0.2)
     return Settings.model_validate(data)  # hermetic: no environment overrides
+
+
+def redis_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBackend:
+    """The Redis backend the settings would configure, under ``prefix`` on the shared Redis."""
+    gateway = settings.gateway
+    return RedisBackend(
+        redis_client(SHARED_REDIS_URL),
+        event_log_max_len=gateway.event_log_max_len,
+        snapshot_every=gateway.snapshot_every,
+        lease_ttl_seconds=gateway.lease_ttl_seconds,
+        key_prefix=prefix,
+        instance_id=instance,
+        conversation_ttl_seconds=gateway.conversation_ttl_seconds,
+    )
 
 
 @dataclass
@@ -90,3 +107,16 @@ async def launch(
         task.result()
     assert server.started, "gateway did not start"
     return RunningGateway(app, server, task, port)
+
+
+class StartGateway(Protocol):
+    """The ``start_gateway`` fixture: ``await start_gateway(settings, providers=...)``."""
+
+    async def __call__(
+        self,
+        settings: Settings | None = None,
+        *,
+        providers: Mapping[str, AgentProvider] | None = None,
+        sndbuf: int | None = None,
+        backend: Backend | None = None,
+    ) -> RunningGateway: ...

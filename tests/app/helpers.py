@@ -15,9 +15,11 @@ __all__ = [
     "collect_sse",
     "drained_to_eof",
     "events_of",
+    "metric",
     "stalled_client",
     "start_run",
     "terminal",
+    "wait_metric",
     "wait_state",
 ]
 
@@ -58,9 +60,13 @@ async def collect_sse(
     *,
     method: str = "GET",
     stop: Callable[[list[ServerSentEvent]], bool] | None = None,
+    first_frame: asyncio.Event | None = None,
     **kwargs: Any,
 ) -> list[ServerSentEvent]:
-    """Read SSE frames (comments and retry-only frames excluded) until the end or ``stop``."""
+    """Read SSE frames (comments and retry-only frames excluded) until the end or ``stop``.
+
+    ``first_frame`` is set when the first frame arrived: for a stream that starts with a
+    snapshot, from then on it follows the log and misses nothing appended later."""
     frames: list[ServerSentEvent] = []
     async with aconnect_sse(client, method, path, **kwargs) as source:
         assert source.response.status_code == 200, await source.response.aread()
@@ -68,9 +74,35 @@ async def collect_sse(
             if not sse.data and sse.event == "message":
                 continue
             frames.append(sse)
+            if first_frame is not None:
+                first_frame.set()
             if stop is not None and stop(frames):
                 break
     return frames
+
+
+async def metric(client: httpx.AsyncClient, name: str, transport: str = "sse") -> float:
+    """The value of the gateway's per-transport sample ``name`` (read from ``/metrics``)."""
+    needle = f'{name}{{transport="{transport}"}} '
+    for line in (await client.get("/metrics")).text.splitlines():
+        if line.startswith(needle):
+            return float(line[len(needle) :])
+    return 0.0
+
+
+async def wait_metric(
+    client: httpx.AsyncClient,
+    name: str,
+    at_least: float,
+    transport: str = "sse",
+    within: float = 15.0,
+) -> None:
+    """Wait until the per-transport sample ``name`` reaches ``at_least`` (e.g. subscribers
+    following, subscribers dropped)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while (value := await metric(client, name, transport)) < at_least:
+        assert asyncio.get_running_loop().time() < deadline, f"{name} stayed at {value}"
+        await asyncio.sleep(0.02)
 
 
 def events_of(frames: list[ServerSentEvent]) -> list[dict[str, Any]]:

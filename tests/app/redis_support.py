@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.loopback_asgi import serve_asgi
+from tests.support import free_port
 
 SHARED_REDIS_URL = os.environ.get("AGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -40,7 +41,8 @@ def unique_prefix() -> str:
 
 @contextlib.asynccontextmanager
 async def shared_redis(prefix: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(SHARED_REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
+    # Generous: under load 50 connections opened at once (claim races) take a while.
+    client = Redis.from_url(SHARED_REDIS_URL, socket_timeout=10, socket_connect_timeout=10)
     try:
         yield client
     finally:
@@ -48,12 +50,6 @@ async def shared_redis(prefix: str) -> AsyncIterator[Redis]:
         if keys:
             await client.delete(*keys)
         await client.aclose()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateRedis:

@@ -3,6 +3,7 @@
 Prompt words (space separated, in order):
 - ``text:N`` — N text deltas ``w0 w1 …`` (``text:N:SIZE`` pads each delta to SIZE bytes)
 - ``sleep:S`` — wait S seconds (abort cuts it short)
+- ``gate:NAME`` — wait until the test calls ``provider.gates[NAME].set()`` (abort cuts it short)
 - ``approval:ID`` / ``approval:ID:editable`` / ``approval:ID:expired`` — an approval that waits
 - ``apptool:ID`` — a tool handed to the app (waits for its result)
 - ``ext:KEY`` — an extension value ``{"n": 1}`` under KEY
@@ -13,6 +14,7 @@ Anything else is ignored. ``histories`` records the history each run received.
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,7 +28,9 @@ from providers.transports.iterable import IterableTransport
 __all__ = ["ScriptedProvider"]
 
 
-async def _script(request: Any, signal: AbortSignal) -> AsyncIterator[dict[str, Any]]:
+async def _script(
+    request: Any, signal: AbortSignal, gates: Mapping[str, asyncio.Event]
+) -> AsyncIterator[dict[str, Any]]:
     for word in str(request.get("prompt", "")).split():
         name, _, arg = word.partition(":")
         if name == "text":
@@ -39,15 +43,22 @@ async def _script(request: Any, signal: AbortSignal) -> AsyncIterator[dict[str, 
                 await asyncio.sleep(0)
         elif name == "sleep":
             await asyncio.sleep(float(arg))
+        elif name == "gate":
+            await gates[arg].wait()
         elif name in ("approval", "apptool", "ext", "boom"):
             yield {name: arg}
 
 
 class ScriptedProvider(ProviderBase):
     def __init__(self, id: str = "demo") -> None:
+        self.gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+        def script(request: Any, signal: AbortSignal) -> AsyncIterator[dict[str, Any]]:
+            return _script(request, signal, self.gates)
+
         super().__init__(
             id,
-            IterableTransport(_script),
+            IterableTransport(script),
             standard_capabilities(["async-iterable"], extensions=["test.ext"]),
         )
         self.histories: list[list[dict[str, Any]]] = []

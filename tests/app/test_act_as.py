@@ -14,8 +14,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 

@@ -8,25 +8,19 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import httpx
+import pytest
 from ag_ui.core import RunFinishedEvent, TextMessageContentEvent
 
 from tests.app.agui_client import run_input, stream_agui, user
 from tests.app.agui_upstream import agui_settings, serve_agui_agent
-from tests.app.conftest import StartGateway
+from tests.app.gateway_server import StartGateway
 from tests.app.node_support import ensure_installed
+from tests.support import free_port
 
 PEER_DIR = Path(__file__).resolve().parents[2] / "bench" / "peer"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process) -> None:
@@ -40,6 +34,10 @@ async def _ready(client: httpx.AsyncClient, process: asyncio.subprocess.Process)
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
+@pytest.mark.only_backend(
+    "memory", reason="CopilotKit side; the endpoint runs on both backends in test_ag_ui_endpoint"
+)
 async def test_copilotkit_runtime_relays_a_text_answer_from_the_gateway(
     start_gateway: StartGateway,
 ) -> None:
@@ -48,7 +46,7 @@ async def test_copilotkit_runtime_relays_a_text_answer_from_the_gateway(
     await ensure_installed(PEER_DIR, "@copilotkit/runtime/package.json")
     async with serve_agui_agent() as agent:
         gateway = await start_gateway(agui_settings(agent))
-        port = _free_port()
+        port = free_port()
         env = {
             **os.environ,
             "PORT": str(port),

@@ -19,8 +19,7 @@ from ag_ui.core import (
 
 from tests.app.agui_client import WEATHER_TOOL, kinds, run_input, stream_agui, user
 from tests.app.agui_upstream import AguiAgent, agui_settings, serve_agui_agent
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway
+from tests.app.gateway_server import RunningGateway, StartGateway
 from tests.app.helpers import wait_state
 
 
@@ -268,3 +267,33 @@ async def test_auth_is_that_of_the_runs_route(
         events = await stream_agui(client, body)
         assert _text(events) == "Hello from the gateway!"
         assert (await client.get("/v1/conversations/t-auth/state")).status_code == 200
+
+
+@pytest.mark.only_backend("redis", reason="two instances share a conversation only on Redis")
+async def test_tool_round_trip_across_two_instances(
+    agent: AguiAgent, start_gateway: StartGateway
+) -> None:
+    first_instance = await start_gateway(agui_settings(agent))
+    second_instance = await start_gateway(agui_settings(agent))
+    async with first_instance.client() as client:
+        body = run_input("t-two", "c1", [user("weather?")], tools=[WEATHER_TOOL])
+        first = await stream_agui(client, body)
+    start = next(e for e in first if isinstance(e, ToolCallStartEvent))
+    assert isinstance(first[-1], RunFinishedEvent)
+    call = {
+        "id": start.tool_call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"},
+    }
+    messages = [
+        user("weather?"),
+        {"id": "a1", "role": "assistant", "toolCalls": [call]},
+        {"id": "t1", "role": "tool", "toolCallId": start.tool_call_id, "content": "sunny"},
+    ]
+    async with second_instance.client() as client:
+        second = await stream_agui(client, run_input("t-two", "c2", messages))
+        text = "".join(e.delta for e in second if isinstance(e, TextMessageContentEvent))
+        assert text == "It is sunny in Paris."
+        assert isinstance(second[-1], RunFinishedEvent)
+        state = await wait_state(client, "t-two", lambda s: not s["isRequesting"])
+    assert [r["status"] for r in state["agentState"]["runs"].values()] == ["completed"]

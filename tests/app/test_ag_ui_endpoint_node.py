@@ -12,13 +12,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.app.agui_upstream import agui_settings, serve_agui_agent
-from tests.app.conftest import StartGateway
+from tests.app.gateway_server import StartGateway
 from tests.app.node_support import ensure_installed, run_node
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "node" / "ag-ui-client"
 
 
+@pytest.mark.only_backend(
+    "memory", reason="AG-UI client; the endpoint runs on both backends in test_ag_ui_endpoint"
+)
 async def test_http_agent_against_the_gateway(start_gateway: StartGateway) -> None:
     node = shutil.which("node")
     assert node is not None, "node is required for the AG-UI client test (Node >= 20)"

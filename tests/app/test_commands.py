@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 

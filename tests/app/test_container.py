@@ -32,8 +32,9 @@ import websockets
 import yaml  # type: ignore[import-untyped]
 
 from app.config import Settings, load_settings
-from tests.app.redis_support import SHARED_REDIS_URL, free_port
-from tests.app.test_redis_cluster import Subscriber, cluster, is_terminal
+from tests.app.cluster_support import Subscriber, cluster, is_terminal
+from tests.app.redis_support import SHARED_REDIS_URL
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -230,6 +231,7 @@ async def nginx_in_front() -> AsyncIterator[str]:
             yield address
 
 
+@pytest.mark.slow
 async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
     async with nginx_in_front() as address:
         base = f"http://{address}"
@@ -264,6 +266,7 @@ async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
             assert "x-accel-buffering" not in stream.headers
 
 
+@pytest.mark.slow
 async def test_websocket_upgrade_through_nginx() -> None:
     async with nginx_in_front() as address:
         url = f"ws://{address}/v1/conversations/w1/ws"

@@ -9,10 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.cluster_support import cluster
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
-from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 
 FIELDS = {
@@ -142,33 +141,23 @@ async def test_bad_cursor_and_limit_are_422(gw: RunningGateway) -> None:
 
 
 async def test_listing_across_instances_on_redis() -> None:
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        try:
-            a.start()
-            b.start()
-            await asyncio.gather(a.wait_ready(), b.wait_ready())
-            async with (
-                httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
-                httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
-            ):
-                await finished(ca, "r1", "text:1 one")
-                await finished(ca, "r2", "text:1 two")
-                await finished(ca, "r1", "text:1 again")  # r1 updated last
-                busy = await start_run(ca, "r3", "sleep:10")
-                await wait_state(cb, "r3", lambda s: s["isRequesting"])
-                pages = await all_pages(cb, 2)
-                listed = [item for page in pages for item in page]
-                assert [c["conversationKey"] for c in listed] == ["r3", "r1", "r2"]
-                assert listed[0]["lastRunId"] == busy["runId"] and listed[0]["isRequesting"]
-                assert listed[1]["lastRunStatus"] == "completed"
-                patched = await cb.patch("/v1/conversations/r2", json={"title": "from B"})
-                assert patched.status_code == 200
-                on_a = (await ca.get("/v1/conversations")).json()["conversations"]
-                assert {c["conversationKey"]: c["title"] for c in on_a}["r2"] == "from B"
-                await ca.post("/v1/conversations/r3/abort", json={})
-        finally:
-            a.close()
-            b.close()
+    async with cluster() as (a, b):
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
+            httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
+        ):
+            await finished(ca, "r1", "text:1 one")
+            await finished(ca, "r2", "text:1 two")
+            await finished(ca, "r1", "text:1 again")  # r1 updated last
+            busy = await start_run(ca, "r3", "sleep:10")
+            await wait_state(cb, "r3", lambda s: s["isRequesting"])
+            pages = await all_pages(cb, 2)
+            listed = [item for page in pages for item in page]
+            assert [c["conversationKey"] for c in listed] == ["r3", "r1", "r2"]
+            assert listed[0]["lastRunId"] == busy["runId"] and listed[0]["isRequesting"]
+            assert listed[1]["lastRunStatus"] == "completed"
+            patched = await cb.patch("/v1/conversations/r2", json={"title": "from B"})
+            assert patched.status_code == 200
+            on_a = (await ca.get("/v1/conversations")).json()["conversations"]
+            assert {c["conversationKey"]: c["title"] for c in on_a}["r2"] == "from B"
+            await ca.post("/v1/conversations/r3/abort", json={})

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
+from tests.app.gateway_server import StartGateway, make_settings
 
 CLIENT_SRC = Path(__file__).resolve().parents[2] / "clients" / "js" / "src"
 CHROMIUM = "/usr/bin/chromium"
@@ -60,6 +59,7 @@ def _last(page: Page, selector: str) -> Locator:
     return page.locator(selector).last
 
 
+@pytest.mark.slow
 async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGateway) -> None:
     settings = make_settings(
         gateway={"default_provider": "demo"},

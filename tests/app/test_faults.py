@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from app.backends import EMPTY_CURSOR
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
@@ -27,10 +26,12 @@ from tests.app.helpers import (
     stalled_client,
     start_run,
     terminal,
+    wait_metric,
     wait_state,
 )
 from tests.app.scripted_provider import ScriptedProvider
 from tests.app.security_upstream import Upstream, serve_upstream
+from tests.support import eventually
 
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
 
@@ -71,10 +72,11 @@ async def _log(client: httpx.AsyncClient, key: str) -> list[dict[str, Any]]:
 
 async def _healthy_conversation(client: httpx.AsyncClient, key: str) -> None:
     """A normal run elsewhere, streamed to the end while the fault is going on."""
+    following = asyncio.Event()
     stream = asyncio.create_task(
-        collect_sse(client, f"/v1/conversations/{key}/events", stop=terminal)
+        collect_sse(client, f"/v1/conversations/{key}/events", stop=terminal, first_frame=following)
     )
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(following.wait(), 10)
     await start_run(client, key, "text:50")
     frames = await asyncio.wait_for(stream, 15)
     events = events_of(frames)
@@ -169,14 +171,20 @@ async def test_slow_loris_bodies_do_not_block_others(
             answer = await asyncio.wait_for(loop.sock_recv(liar, 4096), 5)
             liar.close()
             assert answer.startswith(b"HTTP/1.1 4"), answer[:80]
-        # Nothing was accepted from the unfinished bodies.
-        assert gw.gateway.runs.active_count() == 0
+            # Nothing was accepted from the unfinished bodies: no loris conversation exists,
+            # and once the healthy runs finished up (slot released) nothing runs.
+            for i in range(len(lorises)):
+                missing = await client.get(f"/v1/conversations/loris{i}/state")
+                assert missing.status_code == 404, missing.text
+            await eventually(lambda: gw.gateway.runs.active_count() == 0, what="nothing runs")
     finally:
         uvicorn_errors.addHandler(caplog.handler)  # after the last uvicorn.Config (dictConfig)
         for sock in lorises:
             sock.close()
     # Clients leaving mid-body are not errors: no traceback per connection (log flooding).
-    await asyncio.sleep(0.3)
+    # Once the servers closed every connection and ended every request, any would be logged.
+    servers = [gw.server.server_state, small.server.server_state]
+    await eventually(lambda: not any(s.connections or s.tasks for s in servers))
     uvicorn_errors.removeHandler(caplog.handler)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
@@ -233,8 +241,12 @@ async def test_client_that_never_reads_is_dropped_and_nothing_is_lost(
     ]
     try:
         async with gw.client() as client:
-            healthy = asyncio.create_task(collect_sse(client, path, stop=terminal))
-            await asyncio.sleep(0.1)
+            await wait_metric(client, "agent_gateway_subscribers", 5)  # the stalled ones follow
+            following = asyncio.Event()
+            healthy = asyncio.create_task(
+                collect_sse(client, path, stop=terminal, first_frame=following)
+            )
+            await asyncio.wait_for(following.wait(), 10)
             await start_run(client, "big", "text:300:2000")
             frames = await asyncio.wait_for(healthy, 20)
             got = events_of(frames)
@@ -242,7 +254,8 @@ async def test_client_that_never_reads_is_dropped_and_nothing_is_lost(
             logged = await _log(client, "big")
             assert [e["eventId"] for e in got] == [e["eventId"] for e in logged]
             await _healthy_conversation(client, "other")
-            await asyncio.sleep(1.5)  # past send_timeout_seconds, still not reading
+            # Still not reading: each is dropped once send_timeout_seconds passed.
+            await wait_metric(client, "agent_gateway_dropped_subscribers_total", 5)
             dropped = [await drained_to_eof(sock, 10.0) for sock in stalled]
             assert all(dropped), "a stalled subscriber was not dropped"
         counters = gw.gateway.runs.limits.subscribers
@@ -254,6 +267,15 @@ async def test_client_that_never_reads_is_dropped_and_nothing_is_lost(
     finally:
         for sock in stalled:
             sock.close()
+
+
+def _pinned(gw: RunningGateway) -> int:
+    """Connections with bytes waiting in the server's transport write buffer."""
+    return sum(
+        1
+        for conn in gw.server.server_state.connections
+        if conn.transport is not None and conn.transport.get_write_buffer_size() > 0
+    )
 
 
 def _queued(gw: RunningGateway) -> int:
@@ -281,9 +303,10 @@ async def test_stalled_subscribers_of_a_large_conversation_pin_little(
             for _ in range(20)
         ]
         try:
-            await asyncio.sleep(1.0)
+            # Every stalled subscriber has its snapshot send under way (bytes pinned for it).
+            await eventually(lambda: _pinned(gw) >= 20, what="20 snapshot sends under way")
             queued = _queued(gw)
-            assert queued < 20 * 256 * 1024, queued  # was 20 × the ~4 MB snapshot
+            assert queued < 20 * 256 * 1024, queued  # not 20 × the ~4 MB snapshot
             await _healthy_conversation(client, "other")
         finally:
             for sock in stalled:
@@ -300,11 +323,12 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
     from app.streams.sse import _snapshots
 
     settings = make_settings(gateway={"send_timeout_seconds": 30, "heartbeat_seconds": 30})
-    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    provider = ScriptedProvider()
+    gw = await start_gateway(settings, providers={"demo": provider}, sndbuf=4096)
     path = "/v1/conversations/mid/events"
     ref = ConversationRef("anonymous", "mid")
     async with gw.client() as client:
-        await start_run(client, "mid", "text:100:20000 sleep:3 text:5 sleep:30")
+        await start_run(client, "mid", "text:100:20000 gate:later text:5 sleep:30")
         await wait_state(client, "mid", lambda s: len(str(s["messages"])) > 100 * 20000)
         stalled = await stalled_client(gw.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
         try:
@@ -317,6 +341,7 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
             assert in_flight is not None
             shared_cursor = in_flight.cursor
             del in_flight
+            provider.gates["later"].set()
             later = await wait_state(
                 client, "mid", lambda s: s["cursor"] != shared_cursor, within=10
             )  # the 5 small deltas are logged: the new subscriber's snapshot is later

@@ -13,12 +13,13 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from httpx_sse import aconnect_sse
 
 from app.backends import EMPTY_CURSOR
 from core.kinds import ENTITY_MAPS, TERMINAL_STATUSES
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
+from tests.app.cluster_support import Subscriber, cluster, is_terminal, post_run
+from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 from tests.app.redis_support import (
     PrivateRedis,
@@ -26,16 +27,24 @@ from tests.app.redis_support import (
     private_redis,
     serve_slow_upstream,
 )
-from tests.app.test_redis_cluster import Subscriber, cluster, is_terminal, post_run
+from tests.support import eventually
+
+pytestmark = pytest.mark.slow  # stops and restarts a redis-server of its own
 
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
 LEASE_TTL = 3
+PRIVATE_REDIS = "runs on a redis-server of its own, which it stops mid-run"
 
 
 async def _subscriber(
-    client: httpx.AsyncClient, key: str, got: list[dict[str, Any]], done: asyncio.Event
+    client: httpx.AsyncClient,
+    key: str,
+    got: list[dict[str, Any]],
+    done: asyncio.Event,
+    following: asyncio.Event,
 ) -> None:
-    """An EventSource: reconnects with Last-Event-ID after any failure, until a terminal."""
+    """An EventSource: reconnects with Last-Event-ID after any failure, until a terminal.
+    ``following`` is set once its first snapshot arrived (it follows the log from then on)."""
     last: str | None = None
     while not done.is_set():
         headers = {"Last-Event-ID": last} if last else {}
@@ -49,6 +58,7 @@ async def _subscriber(
                 async for sse in source.aiter_sse():
                     if sse.event == "snapshot":
                         last = sse.id or last
+                        following.set()
                         continue
                     if sse.event != "message" or not sse.data:
                         continue
@@ -63,13 +73,7 @@ async def _subscriber(
         await asyncio.sleep(0.1)
 
 
-async def _until(predicate: Any, within: float) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
+@pytest.mark.only_backend("redis", reason=PRIVATE_REDIS)
 async def test_redis_stopped_mid_run(start_gateway: StartGateway) -> None:
     """A short outage (well within the lease TTL): the run goes on and completes."""
     with private_redis() as redis:
@@ -77,6 +81,7 @@ async def test_redis_stopped_mid_run(start_gateway: StartGateway) -> None:
             await _scenario(start_gateway, redis, upstream.url)
 
 
+@pytest.mark.only_backend("redis", reason=PRIVATE_REDIS)
 async def test_redis_outage_beyond_lease_ttl(start_gateway: StartGateway) -> None:
     """An outage longer than the lease TTL: the owner gives the run up at its lease deadline and
     the run ends ``run.failed`` ``gateway_instance_lost`` exactly once, every entity closed,
@@ -106,11 +111,11 @@ async def _through_outage(
 
     -> (the 202 body, the run's state, the whole log, what a reconnecting subscriber got)."""
     got: list[dict[str, Any]] = []
-    done = asyncio.Event()
-    subscriber = asyncio.create_task(_subscriber(client, "c1", got, done))
-    await asyncio.sleep(0.2)
+    done, following = asyncio.Event(), asyncio.Event()
+    subscriber = asyncio.create_task(_subscriber(client, "c1", got, done, following))
+    await asyncio.wait_for(following.wait(), 10)
     accepted = await start_run(client, "c1", "tell me")
-    await _until(lambda: sum(e["type"] == "message.delta" for e in got) >= 10, 10)
+    await eventually(lambda: sum(e["type"] == "message.delta" for e in got) >= 10, 10)
 
     redis.stop()  # SIGTERM: Redis saves its RDB, like a restart with persistence
     down_at = time.monotonic()
@@ -210,7 +215,9 @@ async def test_short_outage_two_instances_no_takeover() -> None:
             await sub.started()
             res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
             assert res.status_code == 202, res.text
-            await _until(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10)
+            await eventually(
+                lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10
+            )
             redis.stop()
             await asyncio.sleep(1.0)
             redis.start()
@@ -240,13 +247,15 @@ async def test_outage_beyond_lease_ttl_two_instances_one_ending() -> None:
             res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
             assert res.status_code == 202, res.text
             run_id = res.json()["runId"]
-            await _until(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10)
+            await eventually(
+                lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10
+            )
             redis.stop()
             await asyncio.sleep(LEASE_TTL + 1.5)
             redis.start()
             events = await sub.done(30)
             assert upstream.disconnected.is_set() and upstream.finished == 0
-            await asyncio.sleep(1.0)  # a stale append from A would land now, if it could
+            await asyncio.to_thread(a.stop)  # once A has exited, no stale append of A can land
             async with httpx.AsyncClient(base_url=b.url, timeout=10.0) as client:
                 log = events_of(
                     await collect_sse(

@@ -8,8 +8,6 @@ does changes Alice's conversation. Then Alice succeeds on every route.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,10 +15,8 @@ import orjson
 import pytest
 import websockets
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
-from tests.app.redis_support import private_redis
 from tests.app.scripted_provider import ScriptedProvider
 
 ALICE, BOB = "tok-alice-7f3a", "tok-bob-91c2"
@@ -80,27 +76,7 @@ async def gw(start_gateway: StartGateway) -> RunningGateway:
     return await start_gateway(settings, providers={"demo": ScriptedProvider()})
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def both(
-    start_gateway: StartGateway, request: pytest.FixtureRequest
-) -> AsyncIterator[RunningGateway]:
-    """The matrix runs on both backends (Redis: a private redis-server on a free port)."""
-    auth = {"mode": "bearer", "tokens": {ALICE: "alice", BOB: "bob"}}
-    with contextlib.ExitStack() as stack:
-        gateway: dict[str, Any] = {}
-        if request.param == "redis":
-            redis = stack.enter_context(private_redis())
-            gateway = {"backend": "redis", "redis_url": redis.url}
-        settings = make_settings(auth=auth, gateway=gateway)
-        running = await start_gateway(settings, providers={"demo": ScriptedProvider()})
-        yield running
-        await running.stop()  # before its Redis goes away
-
-
-async def test_other_principal_sees_a_never_used_key_on_every_route(
-    both: RunningGateway,
-) -> None:
-    gw = both
+async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningGateway) -> None:
     async with gw.client(headers=_auth(ALICE)) as alice, gw.client(headers=_auth(BOB)) as bob:
         accepted = await start_run(alice, KEY, "apptool:t1 approval:a1")
         run_id = accepted["runId"]
@@ -168,8 +144,7 @@ async def test_other_principal_sees_a_never_used_key_on_every_route(
         assert state["activeRunId"] == run_id
 
 
-async def test_owner_succeeds_on_every_route(both: RunningGateway) -> None:
-    gw = both
+async def test_owner_succeeds_on_every_route(gw: RunningGateway) -> None:
     async with gw.client(headers=_auth(ALICE)) as alice:
         run_id = (await start_run(alice, KEY, "apptool:t1 approval:a1"))["runId"]
         await wait_state(alice, KEY, lambda s: "a1" in str(s["agentState"].get("approvals", {})))

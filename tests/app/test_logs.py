@@ -25,8 +25,7 @@ from app.observability.logs import (
     current_log_context,
     log_context,
 )
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
+from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 
 SECRET = "sk-test-VERYSECRET-0123456789"

@@ -10,9 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.backends import Backend, ConversationMeta, ConversationRef, MemoryBackend, ReadResult
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, wait_state
+from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, wait_metric, wait_state
 
 
 class FakeClock:
@@ -294,7 +293,7 @@ def _value(
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-async def test_gateway_metrics_endpoint(start_gateway: StartGateway) -> None:
+async def test_gateway_metrics_endpoint(start_gateway: StartGateway, backend_kind: str) -> None:
     settings = make_settings(providers={"demo": {"kind": "local-demo", "delay_ms": 1}})
     gw = await start_gateway(settings)
     key = "metrics-conversation-key"
@@ -312,7 +311,7 @@ async def test_gateway_metrics_endpoint(start_gateway: StartGateway) -> None:
                 ),
             )
         )
-        await asyncio.sleep(0.3)
+        await wait_metric(client, "agent_gateway_subscribers", 1)
         during = _scrape((await client.get("/metrics")).text)
         assert _value(during, "agent_gateway_subscribers", transport="sse") == 1
 
@@ -354,7 +353,7 @@ async def test_gateway_metrics_endpoint(start_gateway: StartGateway) -> None:
     assert _value(m, "agent_gateway_abort_latency_seconds_count", provider="demo") == 1
     assert _value(m, "agent_gateway_abort_latency_seconds_sum", provider="demo") < 5
     assert (
-        _value(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="append_event")
+        _value(m, "agent_gateway_backend_op_seconds_count", backend=backend_kind, op="append_event")
         > 10
     )
     assert _value(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 0

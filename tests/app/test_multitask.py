@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 

@@ -15,6 +15,7 @@ from app.backends.redis import RedisBackend, redis_client
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.support import eventually, eventually_async
 
 
 def make_backend(prefix: str, **kwargs: object) -> RedisBackend:
@@ -145,7 +146,12 @@ async def test_every_instance_notices_a_lost_owner_when_it_touches_the_conversat
     for e in run_events("r1", 1):
         await a.append_event(ref, e)
     await a._owned[a.keys(ref).tag].stop()
-    await asyncio.sleep(0.7)  # the lease (0.5 s) expires; nobody subscribes
+    lease = a.keys(ref).lease
+
+    async def lease_expired() -> bool:  # the lease (0.5 s) expires; nobody subscribes
+        return await a.redis.exists(lease) == 0
+
+    await eventually_async(lease_expired, what="A's lease expires")
     assert await b.request_abort(ref, None, "aborted") is None  # reaped, nothing to abort
     snap = await b.snapshot(ref)
     assert snap is not None and snap.state["runs"]["r1"]["status"] == "failed"
@@ -236,7 +242,7 @@ async def test_a_command_in_flight_is_refused_on_every_instance(
     with pytest.raises(ApiError) as refused:
         await b.send_command(ref, "r1", result)
     assert refused.value.code == "tool_not_awaiting_result"
-    await asyncio.sleep(0.3)  # B's command reaches A through Redis
+    await eventually(lambda: len(control.commands) == 2, what="B's command reaches A")
     assert sorted(c.type for c in control.commands) == ["approval.resolve", "tool.submit_result"]
     await a.release_run(ref, "r1")
     assert await a.redis.exists(a.keys(ref).inflight) == 0
@@ -254,13 +260,12 @@ async def test_a_lost_owner_nobody_looks_at_is_swept(
     keys = a.keys(ref)
     assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is not None
     await a._owned.pop(keys.tag).stop()  # A is gone; nobody reads the conversation
-    deadline = asyncio.get_running_loop().time() + 3
-    while True:
+
+    async def run_failed() -> bool:
         last: Any = await a.redis.xrevrange(keys.log, count=1)
-        if last and last[0][1][b"t"] == b"run.failed":
-            break
-        assert asyncio.get_running_loop().time() < deadline, "the sweeper did not end the run"
-        await asyncio.sleep(0.05)
+        return bool(last) and last[0][1][b"t"] == b"run.failed"
+
+    await eventually_async(run_failed, within=10, what="the sweeper ends the run")
     assert await a.redis.zscore(f"{a.prefix}:runs", keys.tag) is None
     assert b.hub.readers == {}  # found by the sweep, not by a reader
 
@@ -291,7 +296,7 @@ async def test_wake_readers_ends_a_waiting_read_at_once(
     await a.create_conversation(ref, meta())
     head = (await a.append_event(ref, event("r1", 0, "run.started"))).cursor
     reader = asyncio.create_task(a.read(ref, head, limit=10, wait=30))
-    await asyncio.sleep(0.2)
+    await eventually(lambda: a.keys(ref).tag in a.hub.readers, what="the read is waiting")
     assert not reader.done()
     a.wake_readers()  # shutdown: streams must not wait out their heartbeat
     result = await asyncio.wait_for(reader, 1)

@@ -19,6 +19,7 @@ from app.backends.redis.claims import Token
 from app.backends.redis.eventlog import KIND_EVENT, Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
+from tests.support import eventually
 
 KEYS = ConversationKeys("t", "c1")
 
@@ -145,8 +146,8 @@ async def test_keeper_tolerates_failed_renewals_until_the_deadline() -> None:
         assert not lost.is_set()
         own.down = False
         before = own.renewed
-        await asyncio.sleep(0.25)
-        assert own.renewed > before  # retried quickly once Redis answered again
+        # Retried quickly once Redis answered again (before the lease lapsed: not lost below).
+        await eventually(lambda: own.renewed > before, what="a renewal")
         assert keeper.deadline() > first
         await asyncio.sleep(0.6)
         assert not lost.is_set()
@@ -165,8 +166,9 @@ async def test_keeper_reports_the_lease_lost_at_its_deadline() -> None:
         assert time.monotonic() >= keeper.deadline()
         own.down = False
         renewed = own.renewed
-        await asyncio.sleep(0.3)
-        assert own.renewed == renewed == 0  # a lapsed lease is never renewed by its old owner
+        # The keeper has stopped for good: a lapsed lease is never renewed by its old owner.
+        await eventually(lambda: keeper._task is not None and keeper._task.done())
+        assert own.renewed == renewed == 0
     finally:
         await keeper.stop()
 

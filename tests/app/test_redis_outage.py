@@ -16,8 +16,11 @@ from app.api.errors import ApiError
 from app.backends import ConversationRef, LogEntry
 from app.backends.redis import RedisBackend, redis_client
 from tests.app.backend_contract import event, meta
+from tests.app.cluster_support import Subscriber, cluster, is_terminal
 from tests.app.redis_support import private_redis, unique_prefix
-from tests.app.test_redis_cluster import Subscriber, cluster, eventually, is_terminal
+from tests.support import eventually
+
+pytestmark = pytest.mark.slow  # stops and restarts a redis-server of its own
 
 
 async def _follow(
@@ -51,7 +54,8 @@ async def test_outage_fails_fast_and_readers_resume_without_loss() -> None:
             head = await backend.head_cursor(ref)
             got: list[LogEntry] = []
             follower = asyncio.create_task(_follow(backend, ref, head, got))
-            await asyncio.sleep(0.3)
+            tag = backend.keys(ref).tag
+            await eventually(lambda: tag in backend.hub.readers, what="the follower waits")
             assert await backend.ping()
 
             server.stop()
@@ -74,8 +78,9 @@ async def test_outage_fails_fast_and_readers_resume_without_loss() -> None:
                 await backend.append_event(ref, event(f"r{i}", 1, "run.completed"))
                 for i in range(3)
             ]
-            await eventually(lambda: len(got) >= 3)
-            await asyncio.sleep(0.3)
+            # A last entry: once it arrived, a duplicate of the others would have, before it.
+            appended.append(await backend.append_event(ref, event("r9", 1, "run.completed")))
+            await eventually(lambda: len(got) >= 4)
             assert [e.cursor for e in got] == [e.cursor for e in appended]
             follower.cancel()
             snap = await backend.snapshot(ref)

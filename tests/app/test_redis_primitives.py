@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -26,6 +26,7 @@ from app.backends.redis.eventlog import (
 from app.backends.redis.fanout import GAP, ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
 from tests.app.redis_support import shared_redis, unique_prefix
+from tests.support import eventually, eventually_async
 
 
 @pytest.fixture
@@ -78,6 +79,21 @@ async def test_concurrent_claims_have_exactly_one_winner(redis: Redis, prefix: s
     assert holder == winners[0].token and alive
 
 
+def _lapsed(own: Ownership, keys: ConversationKeys) -> Callable[[], Awaitable[bool]]:
+    async def lapsed() -> bool:
+        return not (await own.holder(keys))[1]
+
+    return lapsed
+
+
+def _subscribed(redis: Redis, channel: str) -> Callable[[], Awaitable[bool]]:
+    async def subscribed() -> bool:
+        counts: Any = await redis.pubsub_numsub(channel)
+        return bool(counts) and int(counts[0][1]) >= 1
+
+    return subscribed
+
+
 async def test_a_fenced_owner_cannot_append_after_takeover(redis: Redis, prefix: str) -> None:
     a = Ownership(redis, "inst-a", lease_ttl_ms=150)
     b = Ownership(redis, "inst-b", lease_ttl_ms=5000)
@@ -88,7 +104,7 @@ async def test_a_fenced_owner_cannot_append_after_takeover(redis: Redis, prefix:
     await log.append(keys, claim.token.raw, [ev(0), ev(1)])
     # While A's lease lives, nobody can take over.
     assert await b.takeover(keys, claim.token) is None
-    await asyncio.sleep(0.3)  # A stops renewing (killed): its lease expires
+    await eventually_async(_lapsed(a, keys), what="A stops renewing (killed): its lease expires")
     assert (await b.claim(keys, "run_2")).status == "lost"
     new = await b.takeover(keys, claim.token)
     assert new is not None and new.number == 2 and new.instance == "inst-b"
@@ -143,8 +159,7 @@ async def test_renewal_keeps_an_alive_owner(redis: Redis, prefix: str) -> None:
         assert await own.renew(keys, claim.token)
     assert (await own.holder(keys))[1]
     # A lease that lapsed while nobody took over is renewed by its still-valid token.
-    await asyncio.sleep(0.3)
-    assert not (await own.holder(keys))[1]
+    await eventually_async(_lapsed(own, keys), what="the lease lapses")
     assert await own.renew(keys, claim.token)
     assert await own.release(keys, claim.token)
 
@@ -228,7 +243,7 @@ async def test_abort_and_commands_reach_the_owner(redis: Redis, prefix: str) -> 
     )  # fmt: skip
     inbox.start()
     try:
-        await asyncio.sleep(0.3)  # subscribed
+        await eventually_async(_subscribed(redis, keys.ctl), what="the inbox is subscribed")
         for i in range(3):
             assert await control.command(keys, "run_1", orjson.dumps({"i": i}), f"t{i}") == 1
         assert await control.command(keys, "run_1", b"{}", "t0") == 2  # t0 is in flight
@@ -238,7 +253,7 @@ async def test_abort_and_commands_reach_the_owner(redis: Redis, prefix: str) -> 
         # Pub/sub wake-up: far sooner than the 5 s poll interval.
         assert await asyncio.wait_for(aborted, 2.0) == "aborted"
         assert time.monotonic() - t0 < 1.0
-        await asyncio.sleep(0.1)
+        await eventually(lambda: len(commands) == 3, what="the three commands are handled")
         assert [orjson.loads(c)["i"] for c in commands] == [0, 1, 2]
     finally:
         await inbox.stop()
@@ -292,7 +307,7 @@ async def test_one_reader_fans_out_to_many_subscribers(redis: Redis, prefix: str
             asyncio.create_task(_collect(hub.subscribe(keys, after), n))
             for after, n in (("0-0", 25), (early[2], 22), (early[-1], 20), (early[-1], 20))
         ]
-        await asyncio.sleep(0.2)
+        await eventually(lambda: sum(r.refs for r in hub.readers.values()) == 4)
         assert len(hub.readers) == 1  # one reader for four subscribers
         for i in range(5, 25):
             await log.append(keys, "", [ev(i)])
@@ -300,8 +315,8 @@ async def test_one_reader_fans_out_to_many_subscribers(redis: Redis, prefix: str
         expected = list(range(25))
         for got, skip in zip(results, (0, 3, 5, 5), strict=True):
             assert [orjson.loads(e.data)["n"] for e in got] == expected[skip:]  # type: ignore[attr-defined]
-        await asyncio.sleep(0.3)
-        assert hub.readers == {}  # stopped after the last subscriber left
+        # Stopped after the last subscriber left (and its linger passed).
+        await eventually(lambda: hub.readers == {}, what="the reader stops")
     finally:
         await hub.close()
 

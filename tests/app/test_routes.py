@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from app.backends import ConversationRef
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 
@@ -312,8 +311,11 @@ async def test_delete_ends_open_streams(gw: RunningGateway) -> None:
     async with gw.client() as client:
         await start_run(client, KEY, "text:1")
         await wait_state(client, KEY, lambda s: not s["isRequesting"])
-        reader = asyncio.create_task(collect_sse(client, f"/v1/conversations/{KEY}/events"))
-        await asyncio.sleep(0.2)
+        following = asyncio.Event()
+        reader = asyncio.create_task(
+            collect_sse(client, f"/v1/conversations/{KEY}/events", first_frame=following)
+        )
+        await asyncio.wait_for(following.wait(), 10)
         assert (await client.delete(f"/v1/conversations/{KEY}")).status_code == 204
         frames = await asyncio.wait_for(reader, 5)
     assert [f.event for f in frames] == ["snapshot"]

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.cluster_support import cluster
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
-from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 KEY = "wait-1"
 BASE = f"/v1/conversations/{KEY}"
@@ -62,7 +62,8 @@ async def test_wait_returns_on_an_abort_from_elsewhere(gw: RunningGateway) -> No
     async with gw.client() as client:
         run = await start_run(client, KEY, "sleep:10")
         waiter = asyncio.create_task(timed_wait(client, run["runId"], 20))
-        await asyncio.sleep(0.3)
+        requests = gw.server.server_state.tasks
+        await eventually(lambda: len(requests) == 1, what="the wait request is being served")
         assert not waiter.done()
         began = time.monotonic()
         assert (await client.post(f"{BASE}/abort", json={})).status_code == 202
@@ -108,27 +109,17 @@ async def test_unknown_run_conversation_and_bad_timeout(gw: RunningGateway) -> N
 
 
 async def test_wait_on_another_instance_returns_when_the_run_ends() -> None:
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
-        try:
-            a.start()
-            b.start()
-            await asyncio.gather(a.wait_ready(), b.wait_ready())
-            async with (
-                httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
-                httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
-            ):
-                run = await start_run(ca, KEY, "sleep:0.8 text:1")
-                elapsed, record = await timed_wait(cb, run["runId"], 15)
-                assert record["status"] == "completed" and elapsed < 3.0, elapsed
-                busy = await start_run(ca, KEY, "sleep:10")
-                elapsed, record = await timed_wait(cb, busy["runId"], 0.5)
-                assert record["status"] == "running" and elapsed < 1.5, elapsed
-                assert (await cb.post(f"{BASE}/abort", json={})).status_code == 202
-                _, record = await timed_wait(cb, busy["runId"], 10)
-                assert record["status"] == "cancelled"
-        finally:
-            a.close()
-            b.close()
+    async with cluster() as (a, b):
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=20) as ca,
+            httpx.AsyncClient(base_url=b.url, timeout=20) as cb,
+        ):
+            run = await start_run(ca, KEY, "sleep:0.8 text:1")
+            elapsed, record = await timed_wait(cb, run["runId"], 15)
+            assert record["status"] == "completed" and elapsed < 3.0, elapsed
+            busy = await start_run(ca, KEY, "sleep:10")
+            elapsed, record = await timed_wait(cb, busy["runId"], 0.5)
+            assert record["status"] == "running" and elapsed < 1.5, elapsed
+            assert (await cb.post(f"{BASE}/abort", json={})).status_code == 202
+            _, record = await timed_wait(cb, busy["runId"], 10)
+            assert record["status"] == "cancelled"

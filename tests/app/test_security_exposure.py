@@ -6,7 +6,6 @@ import asyncio
 import hmac
 import io
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ import websockets
 from app.auth.tokens import TokenTable, bearer_token
 from app.config import ConfigError, load_settings
 from app.observability.logs import configure_logging
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import make_settings
+from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.security_upstream import serve_upstream
+from tests.support import free_port
 
 API_KEY = "sk-live-9d8c7b6a5f4e3d2c1b0a"
 URL_KEY = "AIzaSyQueryKey123456789"
@@ -37,13 +36,6 @@ HOSTILE_INPUT: dict[str, Any] = {
         "extra_headers": {"X-Evil": "3"},
     },
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.mark.parametrize("kind", ["openai-chat", "agent-event"])
@@ -182,7 +174,7 @@ async def test_secrets_never_leak(start_gateway: StartGateway, monkeypatch: Any)
     monkeypatch.setenv("LEAK_TEST_KEY", API_KEY)
     buf = io.StringIO()
     handler = configure_logging("json", level=logging.DEBUG, stream=buf)
-    dead_port = _free_port()
+    dead_port = free_port()
     try:
         async with serve_upstream() as upstream:
             settings = make_settings(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -19,11 +18,11 @@ from app.runs.limits import (
     cap_artifact,
     ws_max_size,
 )
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 from tests.app.security_upstream import serve_upstream
+from tests.support import eventually
 
 TOKENS = {"tok-a": "alice", "tok-b": "bob"}
 
@@ -159,10 +158,8 @@ async def test_subscribers_per_conversation(start_gateway: StartGateway) -> None
             frames = await collect_sse(bob, path, stop=lambda f: True)  # bob's own c1
             assert frames[0].event == "snapshot"
         # The slot is free again once the first subscriber left.
-        for _ in range(100):
-            if not gw.gateway.runs.limits.subscribers.by_conversation:
-                break
-            await asyncio.sleep(0.02)
+        slots = gw.gateway.runs.limits.subscribers.by_conversation
+        await eventually(lambda: not slots, what="the first subscriber's slot is freed")
         frames = await collect_sse(alice, path, stop=lambda f: True)
         assert frames[0].event == "snapshot"
 
@@ -207,8 +204,14 @@ async def test_ws_frame_over_max_ws_frame_bytes(start_gateway: StartGateway) -> 
 
 
 async def _native_run(
-    start_gateway: StartGateway, limits: dict[str, Any], script: list[Any], path: str = "/events"
+    start_gateway: StartGateway,
+    limits: dict[str, Any],
+    script: list[Any],
+    path: str = "/events",
+    key: str = "c1",
 ) -> dict[str, Any]:
+    """One run of ``script`` on a gateway of its own (on Redis: the test's key prefix, so a
+    second call in one test needs another ``key``); -> the conversation's state at its end."""
     async with serve_upstream() as upstream:
         upstream.script = script
         settings = make_settings(
@@ -218,9 +221,9 @@ async def _native_run(
         )
         gw = await start_gateway(settings)
         async with gw.client() as client:
-            await start_run(client, "c1", "go")
+            await start_run(client, key, "go")
             return await wait_state(
-                client, "c1", lambda s: s["activeRunId"] is None and bool(s["agentState"]["runs"])
+                client, key, lambda s: s["activeRunId"] is None and bool(s["agentState"]["runs"])
             )
 
 
@@ -357,6 +360,6 @@ async def test_huge_numbers_from_a_native_upstream_never_break_serialization(
     (artifact,) = state["agentState"]["artifacts"].values()
     assert artifact["content"] == {"big": float(2**90)}  # read as a double, like JSON.parse
     beyond = [("message.started", {"messageId": "m1", "role": "assistant"}, {"timestamp": 10**400})]
-    state = await _native_run(start_gateway, {}, beyond)
+    state = await _native_run(start_gateway, {}, beyond, key="c2")
     error = _run_error(state)
     assert error is not None and error["code"] == "upstream_malformed_chunk"

@@ -9,8 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
@@ -18,9 +17,11 @@ from tests.app.helpers import (
     stalled_client,
     start_run,
     terminal,
+    wait_metric,
     wait_state,
 )
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 KEY = "c1"
 EVENTS = f"/v1/conversations/{KEY}/events"
@@ -49,8 +50,11 @@ async def test_subscribe_before_the_first_run_gets_the_empty_snapshot(
     gw: RunningGateway,
 ) -> None:
     async with gw.client() as client:
-        reader = asyncio.create_task(collect_sse(client, EVENTS, stop=terminal))
-        await asyncio.sleep(0.2)
+        following = asyncio.Event()
+        reader = asyncio.create_task(
+            collect_sse(client, EVENTS, stop=terminal, first_frame=following)
+        )
+        await asyncio.wait_for(following.wait(), 10)
         assert (await client.get(f"/v1/conversations/{KEY}/state")).status_code == 404
         run = await start_run(client, KEY, "text:2")
         frames = await asyncio.wait_for(reader, 10)
@@ -197,10 +201,12 @@ async def test_post_runs_stream_true(gw: RunningGateway) -> None:
 
 async def test_fifty_subscribers_receive_identical_sequences(gw: RunningGateway) -> None:
     async with gw.client(limits=httpx.Limits(max_connections=60)) as client:
+        following = [asyncio.Event() for _ in range(50)]
         readers = [
-            asyncio.create_task(collect_sse(client, EVENTS, stop=terminal)) for _ in range(50)
+            asyncio.create_task(collect_sse(client, EVENTS, stop=terminal, first_frame=event))
+            for event in following
         ]
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in following)), 20)
         await start_run(client, KEY, "text:30 sleep:0.05 text:30")
         results = await asyncio.wait_for(asyncio.gather(*readers), 60)
     sequences = [[(f.id, f.data) for f in frames[1:]] for frames in results]
@@ -214,7 +220,7 @@ async def test_detach_is_not_abort(gw: RunningGateway) -> None:
         for _ in range(3):  # every subscriber leaves mid-run
             left = await collect_sse(client, EVENTS, stop=lambda frames: len(frames) >= 1)
             assert orjson.loads(left[0].data)["isRequesting"] is True
-        await asyncio.sleep(1.0)
+        await wait_state(client, KEY, lambda s: not s["isRequesting"])
         frames = await collect_sse(client, EVENTS, params={"untilIdle": "true"})
     snapshot = orjson.loads(frames[0].data)
     assert snapshot["agentState"]["runs"][run["runId"]]["status"] == "completed"
@@ -229,11 +235,14 @@ async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
     stalled = await stalled_client(gw.port, f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\n\r\n")
     try:
         async with gw.client() as client:
-            await asyncio.sleep(0.2)
+            await wait_metric(client, "agent_gateway_subscribers", 1)  # the stalled one follows
             loop = asyncio.get_running_loop()
             started = loop.time()
-            healthy = asyncio.create_task(collect_sse(client, EVENTS, stop=terminal))
-            await asyncio.sleep(0.1)
+            following = asyncio.Event()
+            healthy = asyncio.create_task(
+                collect_sse(client, EVENTS, stop=terminal, first_frame=following)
+            )
+            await asyncio.wait_for(following.wait(), 10)
             await start_run(client, KEY, "text:200:2000")
             frames = await asyncio.wait_for(healthy, 20)
             elapsed = loop.time() - started
@@ -242,8 +251,9 @@ async def test_stalled_subscriber_is_dropped_and_does_not_delay_others(
             # The healthy subscriber got everything before the stalled one could be dropped:
             # nothing waited on the stalled send.
             assert elapsed < 3
-            await asyncio.sleep(3.5)  # still stalled, past send_timeout_seconds
-            assert await drained_to_eof(stalled, 5.0), "stalled subscriber was not dropped"
+            # Still stalled (never read): dropped once send_timeout_seconds (3 s) passed.
+            await wait_metric(client, "agent_gateway_dropped_subscribers_total", 1)
+            assert await drained_to_eof(stalled, 5.0), "stalled subscriber was not closed"
     finally:
         stalled.close()
 
@@ -258,7 +268,7 @@ async def test_shutdown_delivers_run_cancelled_before_closing(
         reader = asyncio.create_task(collect_sse(client, EVENTS, params={"since": run["cursor"]}))
         await wait_state(client, KEY, lambda s: s["isRequesting"])
         stopping = asyncio.create_task(gw.stop())
-        await asyncio.sleep(0.1)
+        await eventually(lambda: gw.gateway.runs.shutting_down, what="the drain began")
         refused: Any = await client.post(
             f"/v1/conversations/{KEY}/runs", json={"input": {"prompt": "x"}}
         )
@@ -282,7 +292,7 @@ def test_coalesced_sends_are_capped_in_bytes() -> None:
     sends = list(_coalesced(entries))
     assert b"".join(sends) == b"".join(e.sse for e in entries)
     assert all(len(s) <= COALESCE_BYTES for s in sends)
-    # A frame larger than the cap goes alone, in pieces of the cap (issue 8: a stalled
+    # A frame larger than the cap goes alone, in pieces of the cap (a stalled
     # subscriber must not pin a whole large frame in its transport buffer).
     big = entries[-1].sse
     pieces = -(-len(big) // COALESCE_BYTES)

@@ -28,12 +28,12 @@ from app.observability.webhooks import (
     sign_payload,
     verify_signature,
 )
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 from tests.loopback_asgi import serve_asgi
+from tests.support import eventually
 
 SECRET = "whsec-loopback-test"
 
@@ -86,6 +86,13 @@ async def gateway_for(
     return gw
 
 
+async def settled(gw: RunningGateway) -> None:
+    """Every run of ``gw`` ended and its webhook was handled (delivered, failed or skipped):
+    whatever a test waits to *not* arrive would have arrived by now."""
+    await eventually(lambda: gw.gateway.runs.active_count() == 0, what="every run ended")
+    await asyncio.wait_for(gw.gateway.webhooks._queue.join(), 10)
+
+
 def test_signature_round_trip_and_rejections() -> None:
     body = b'{"a":1}'
     now = int(time.time())
@@ -112,7 +119,7 @@ async def test_receiver_gets_exactly_the_configured_events_signed(
             abort = await client.post("/v1/conversations/c3/abort", json={})
             assert abort.status_code == 202
             await receiver.wait_acknowledged(2)
-            await asyncio.sleep(0.5)  # a delivery for the failed run would have arrived by now
+            await settled(gw)  # a delivery for the failed run would have arrived by now
             state = (await client.get("/v1/conversations/c2/state")).json()
             assert state["agentState"]["runs"][failed["runId"]]["status"] == "failed"
         assert len(receiver.attempts) == 2
@@ -156,7 +163,7 @@ async def test_receiver_failing_twice_still_gets_the_event_once_acknowledged(
         async with gw.client() as client:
             run = await start_run(client, "c1", "text:1")
             await receiver.wait_acknowledged(1)
-            await asyncio.sleep(0.3)
+            await settled(gw)
             metrics = (await client.get("/metrics")).text
         assert len(receiver.attempts) == 3 and len(receiver.acknowledged) == 1
         deliveries = {h[DELIVERY_HEADER.lower()] for h, _ in receiver.attempts}
@@ -177,13 +184,8 @@ async def test_bounded_attempts_then_counted_as_failed(start_gateway: StartGatew
         gw.gateway.webhooks.max_attempts = 3
         async with gw.client() as client:
             await start_run(client, "c1", "text:1")
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                metrics = (await client.get("/metrics")).text
-                if 'outcome="failed"} 1.0' in metrics:
-                    break
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
+            await settled(gw)  # the third attempt failed: no fourth one
+            metrics = (await client.get("/metrics")).text
         assert len(receiver.attempts) == 3 and not receiver.acknowledged
         assert (
             'agent_gateway_webhook_deliveries_total{event="run.completed",outcome="failed"} 1.0'
@@ -277,7 +279,9 @@ async def test_two_instances_deliver_one_webhook_per_run() -> None:
                     await wait_state(cb, "k2", lambda s: s["isRequesting"])
                     assert (await cb.post("/v1/conversations/k2/abort", json={})).status_code == 202
                     await receiver.wait_acknowledged(3)
-                    await asyncio.sleep(1.0)  # a duplicate from the other instance would be here
+                # A stopped instance has delivered what it queued (graceful drain): once both
+                # exited, a duplicate from the other instance would have arrived.
+                await asyncio.gather(asyncio.to_thread(a.stop), asyncio.to_thread(b.stop))
             finally:
                 a.close()
                 b.close()

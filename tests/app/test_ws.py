@@ -9,17 +9,19 @@ import orjson
 import pytest
 import websockets
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
     drained_to_eof,
     events_of,
+    metric,
     stalled_client,
     start_run,
     terminal,
+    wait_metric,
 )
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually, eventually_async
 
 KEY = "w1"
 
@@ -187,15 +189,33 @@ async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None
     )
     try:
         async with gw.client() as client:
-            await asyncio.sleep(0.2)
+            slots = gw.gateway.runs.limits.subscribers.by_conversation
+            await eventually(lambda: sum(slots.values()) == 1, what="the stalled one subscribed")
+            following = asyncio.Event()
             healthy = asyncio.create_task(
-                collect_sse(client, f"/v1/conversations/{KEY}/events", stop=terminal)
+                collect_sse(
+                    client, f"/v1/conversations/{KEY}/events", stop=terminal, first_frame=following
+                )
             )
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(following.wait(), 10)
             await start_run(client, KEY, "text:200:2000")
             frames = await asyncio.wait_for(healthy, 20)
             assert events_of(frames)[-1]["type"] == "run.completed"
-            await asyncio.sleep(1.5)  # still stalled, past send_timeout_seconds
-            assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not dropped"
+            # Still stalled (never read): dropped once send_timeout_seconds passed.
+            await wait_metric(client, "agent_gateway_dropped_subscribers_total", 1, "ws")
+            assert await drained_to_eof(sock, 5.0), "stalled WebSocket was not closed"
     finally:
         sock.close()
+
+
+async def test_an_open_websocket_counts_as_a_subscriber(gw: RunningGateway) -> None:
+    async with gw.client() as client:
+        async with websockets.connect(ws_url(gw)) as ws:
+            assert (await recv(ws))["type"] == "snapshot"
+            await wait_metric(client, "agent_gateway_subscribers", 1, "ws")
+            assert await metric(client, "agent_gateway_subscribers", "ws") == 1
+
+        async def gone() -> bool:
+            return await metric(client, "agent_gateway_subscribers", "ws") == 0
+
+        await eventually_async(gone, what="the closed WebSocket is no longer counted")

@@ -4,7 +4,6 @@ the native agent-event provider continues a run after a command."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from providers.testing import make_options, run_collect
 from providers.transports import SSETransport, WebSocketTransport
 from providers.validator import validate_agent_provider_events
 from tests.providers.loopback import Loopback, serve_loopback
+from tests.support import free_port
 
 ABORT_BOUND_SECONDS = 2.0  # generous: the machine is shared; real figures in bench/
 
@@ -154,10 +154,7 @@ async def test_websocket_invalid_event_fails_with_protocol_error() -> None:
 
 
 async def test_connect_refused() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    provider = sse_provider(f"http://127.0.0.1:{port}/sse/slow")
+    provider = sse_provider(f"http://127.0.0.1:{free_port()}/sse/slow")
     events = await run_collect(provider, {"prompt": "go"})
     assert events[-1]["payload"]["error"]["code"] == "upstream_connect_error"
     assert_clean(provider, events)

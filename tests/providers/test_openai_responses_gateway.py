@@ -6,33 +6,17 @@ in no state or event the gateway serves."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import orjson
-import pytest
 from httpx_sse import aconnect_sse
 
-from app.backends import Backend
-from app.backends.redis import RedisBackend, redis_client
-from tests.app.gateway_server import RunningGateway, launch, make_settings
-from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.providers.mock_upstreams import responses_frames, serve_mock
 
 ENCRYPTED = "gAAAAAB-gateway-kept-encrypted-reasoning"
 TOOL = {"name": "get_weather", "description": "w", "parameters": {"type": "object"}}
-
-
-@asynccontextmanager
-async def backend_for(kind: str) -> AsyncIterator[Backend | None]:
-    if kind == "memory":
-        yield None
-        return
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        yield RedisBackend(redis_client(SHARED_REDIS_URL), key_prefix=prefix)
 
 
 async def until_event(client: httpx.AsyncClient, key: str, event_type: str) -> None:
@@ -50,9 +34,8 @@ async def finished(client: httpx.AsyncClient, key: str, run_id: str) -> dict[str
     return record
 
 
-@pytest.mark.parametrize("backend_kind", ["memory", "redis"])
 async def test_tool_result_over_http_and_the_next_run_carries_the_first(
-    backend_kind: str,
+    start_gateway: StartGateway,
 ) -> None:
     responses = [
         responses_frames(
@@ -63,10 +46,10 @@ async def test_tool_result_over_http_and_the_next_run_carries_the_first(
         responses_frames(text="Cold in Oslo."),
         responses_frames(text="You are welcome."),
     ]
-    async with serve_mock(responses) as mock, backend_for(backend_kind) as backend:
+    async with serve_mock(responses) as mock:
         provider = {"kind": "openai-responses", "url": mock.url, "model": "gpt-mock"}
         settings = make_settings(gateway={"default_provider": "llm"}, providers={"llm": provider})
-        gateway: RunningGateway = await launch(settings, backend=backend)
+        gateway: RunningGateway = await start_gateway(settings)
         try:
             async with gateway.client() as client:
                 first = await client.post(

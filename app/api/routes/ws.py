@@ -237,7 +237,7 @@ async def conversation_ws(
         return
     session = _Session(gateway, ref, websocket)
     try:
-        with gateway.track_socket():
+        with gateway.track_socket(), gateway.metrics.track_subscriber("ws"):
             await _serve(session, since or None)
     finally:
         subscribers.release(ref)

@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,15 +22,11 @@ import httpx
 import orjson
 from httpx_sse import aconnect_sse
 
+from tests.support import free_port
+
 ROOT = Path(__file__).resolve().parents[3]
 TOKENS = {"alice": "token-a", "bob": "token-b"}
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_for(

@@ -7,22 +7,23 @@ bound ``enqueue_max`` counts the runs waiting on every instance.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from app.backends import ConversationRef
 from app.backends.redis import RedisBackend
 from app.backends.redis.queue import RunQueue
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run
-from tests.app.redis_http import redis_start_gateway
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually, eventually_async
 
-__all__ = ["redis_start_gateway"]
+pytestmark = pytest.mark.only_backend(
+    "redis", reason="runs queued on several instances: one cluster-wide queue exists only on Redis"
+)
 
 KEY = "fifo"
 RUNS = f"/v1/conversations/{KEY}/runs"
@@ -86,11 +87,11 @@ async def test_a_queued_run_aborted_on_another_instance_never_starts(
             f"/v1/conversations/{KEY}/abort", json={"runId": dropped["runId"]}
         )  # queued on A, aborted through B
         assert answer.status_code == 202 and answer.json()["runId"] == dropped["runId"]
+        # The run queued after the dropped one started: the dropped one was skipped before it.
         assert await _started_runs(ca, 2) == [first["runId"], last["runId"]]
-        await asyncio.sleep(0.2)  # A's worker has skipped the dropped run by now
+        await eventually(lambda: a.gateway.runs.active_count() == 0, what="the last run ends")
         state = (await ca.get(f"/v1/conversations/{KEY}/state")).json()
         assert dropped["runId"] not in state["agentState"]["runs"]
-        assert a.gateway.runs.active_count() == 0
 
 
 async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway) -> None:
@@ -100,13 +101,19 @@ async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway)
     async with a.client() as ca:
         await start_run(ca, KEY, "text:1")  # the conversation exists and is idle again
         await _started_runs(ca, 1)
-        ghost = RunQueue(backend.redis, "ghost", ttl_ms=400)  # an instance that never renews
+        ghost = RunQueue(backend.redis, "ghost", ttl_ms=2000)  # an instance that never renews
         assert await ghost.enqueue(keys, "run_ghost", None, front=False)
         waiting = await ca.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
         assert waiting.status_code == 409  # the ghost's run is first in line
-        await asyncio.sleep(0.5)
-        answer = await start_run(ca, KEY, "text:1", multitask="reject")
-        assert answer["status"] == "started"
+        body = {"input": {"prompt": "text:1"}, "multitask": "reject"}
+        answers: list[httpx.Response] = []
+
+        async def accepted() -> bool:  # refused while the ticket lives, accepted once it lapsed
+            answers.append(await ca.post(RUNS, json=body))
+            return answers[-1].status_code != 409
+
+        await eventually_async(accepted, within=15, what="the ghost's ticket lapses")
+        assert answers[-1].status_code == 202 and answers[-1].json()["status"] == "started"
 
 
 async def test_until_idle_on_another_instance_waits_for_the_runs_queued_there(
@@ -172,11 +179,8 @@ async def test_delete_through_another_instance_drops_the_queue(
         await start_run(ca, KEY, "text:1 sleep:30")
         await start_run(ca, KEY, "text:1", multitask="enqueue")
         assert (await cb.delete(f"/v1/conversations/{KEY}")).status_code == 204
-        for _ in range(100):  # A's worker ends the aborted run and skips the dropped one
-            if a.gateway.runs.active_count() == 0:
-                break
-            await asyncio.sleep(0.02)
-        assert a.gateway.runs.active_count() == 0
+        # A's worker ends the aborted run and skips the dropped one.
+        await eventually(lambda: a.gateway.runs.active_count() == 0, what="A has no run left")
         for client in (ca, cb):
             assert (await client.get(f"/v1/conversations/{KEY}/state")).status_code == 404
         fresh = await start_run(cb, KEY, "text:1", multitask="reject")  # a clean new start

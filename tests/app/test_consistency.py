@@ -1,44 +1,32 @@
 """Read-your-writes on both backends: once ``POST …/runs`` answered 202, every instance shows it.
 
-``backend`` is a fixture param (memory | redis). On Redis two gateways share one key prefix (a
-cluster); the state is read on the instance that accepted the run and on the other one.
+On memory there is one gateway; on Redis two gateways share one key prefix (a cluster), and the
+state is read on the instance that accepted the run and on the other one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.app.conftest import StartGateway
-from tests.app.gateway_server import RunningGateway, launch, make_settings
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
-from tests.app.redis_http import redis_start_gateway
 from tests.app.scripted_provider import ScriptedProvider
-
-__all__ = ["redis_start_gateway"]
+from tests.support import eventually
 
 ROUNDS = 8
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def instances(
-    request: pytest.FixtureRequest, start_gateway: StartGateway
-) -> AsyncIterator[list[RunningGateway]]:
+@pytest.fixture
+async def instances(backend_kind: str, start_gateway: StartGateway) -> list[RunningGateway]:
     """One memory gateway, or two gateways on one Redis key prefix."""
     settings = make_settings(gateway={"heartbeat_seconds": 1})
     providers = {"demo": ScriptedProvider()}
-    if request.param == "memory":
-        gateway = await launch(settings, providers=providers)
-        try:
-            yield [gateway]
-        finally:
-            await gateway.stop()
-        return
-    yield [await start_gateway(settings, providers=providers) for _ in range(2)]
+    count = 1 if backend_kind == "memory" else 2
+    return [await start_gateway(settings, providers=providers) for _ in range(count)]
 
 
 async def test_state_right_after_the_202_shows_the_run_on_every_instance(
@@ -147,6 +135,7 @@ async def test_a_run_whose_terminal_is_logged_is_not_aborted(
         assert state["agentState"]["runs"][run["runId"]]["status"] == "completed"
 
 
+@pytest.mark.only_backend("redis", reason="two instances share one conversation only on Redis")
 async def test_the_previous_owner_serves_the_next_run_while_it_releases(
     start_gateway: StartGateway,
 ) -> None:
@@ -201,7 +190,7 @@ async def test_until_idle_while_the_last_run_finishes_up_closes_at_once(
                         other, f"/v1/conversations/{key}/events", params={"untilIdle": "true"}
                     ),
                     5,
-                )  # was: open until some later run ended
+                )  # not open until some later run ended
             assert [f.event for f in frames] == ["snapshot"]
         hold.set()
 
@@ -218,10 +207,11 @@ async def test_a_new_run_while_the_last_one_finishes_up_is_accepted(
         posting = asyncio.create_task(
             other.post(f"/v1/conversations/{key}/runs", json={"input": {"prompt": "text:2"}})
         )
-        await asyncio.sleep(0.2)
+        requests = instances[-1].server.server_state.tasks
+        await eventually(lambda: len(requests) == 1, what="the POST is being served")
         hold.set()
         answer = await posting
-        assert answer.status_code == 202, answer.text  # was 409 run_in_progress
+        assert answer.status_code == 202, answer.text  # not 409 run_in_progress
         assert answer.json()["status"] == "started"
         state = await wait_state(client, key, lambda s: not s["isRequesting"])
         runs = state["agentState"]["runs"]

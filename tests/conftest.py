@@ -1,0 +1,93 @@
+"""Fixtures of the whole tests tree: ``start_gateway``, on every backend.
+
+A test that starts a gateway (``start_gateway``, directly or through a fixture) runs once per
+backend: ``[memory]`` and ``[redis]`` (a key prefix of its own on the shared Redis, deleted
+afterwards; the gateways one test starts share it, i.e. they form a cluster, like replicas
+behind a load balancer). A test that holds only on one backend says so:
+``@pytest.mark.only_backend("redis", reason="...")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
+
+import pytest
+
+from app.backends import Backend
+from app.config import Settings
+from providers.contract import AgentProvider
+from tests.app.gateway_server import (
+    RunningGateway,
+    StartGateway,
+    launch,
+    make_settings,
+    redis_backend_for,
+)
+from tests.app.redis_support import shared_redis, unique_prefix
+
+BACKENDS = ("memory", "redis")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``) the slow tests (a browser, nginx, redis-servers
+    of their own, gateway processes) run on one worker, one after another: they never compete
+    with each other for the machine's cores, whose load their wall-clock bounds assume."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("slow"))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend_kind" not in metafunc.fixturenames:
+        return
+    kinds: tuple[str, ...] = BACKENDS
+    marker = metafunc.definition.get_closest_marker("only_backend")
+    if marker is not None:
+        kinds = tuple(marker.args)
+        assert kinds and set(kinds) <= set(BACKENDS), f"only_backend{kinds}: unknown backend"
+        assert marker.kwargs.get("reason"), "only_backend(...) needs reason=..."
+    metafunc.parametrize("backend_kind", kinds, indirect=True)
+
+
+@pytest.fixture
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """The backend the test's gateways run on: ``"memory"`` or ``"redis"``."""
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+async def start_gateway(
+    request: pytest.FixtureRequest, backend_kind: str
+) -> AsyncIterator[StartGateway]:
+    """``await start_gateway(settings, providers=..., sndbuf=...)`` -> a RunningGateway on the
+    test's backend (``backend_kind``)."""
+    running: list[RunningGateway] = []
+    prefix = unique_prefix()
+    marked_only = request.node.get_closest_marker("only_backend") is not None
+
+    async def start(
+        settings: Settings | None = None,
+        *,
+        providers: Mapping[str, AgentProvider] | None = None,
+        sndbuf: int | None = None,
+        backend: Backend | None = None,
+    ) -> RunningGateway:
+        settings = settings or make_settings()
+        if backend is not None or settings.gateway.backend != "memory":
+            # The test picked a backend of its own: it must not be collected for the other one.
+            assert marked_only, "a test that picks its backend needs @pytest.mark.only_backend"
+        elif backend_kind == "redis":
+            backend = redis_backend_for(settings, prefix, f"{prefix}-gw{len(running)}")
+        gateway = await launch(settings, providers=providers, sndbuf=sndbuf, backend=backend)
+        running.append(gateway)
+        return gateway
+
+    async with AsyncExitStack() as stack:
+        if backend_kind == "redis":
+            await stack.enter_async_context(shared_redis(prefix))
+        yield start
+        for gateway in running:
+            if not gateway.task.done():
+                await gateway.stop()
