@@ -277,9 +277,10 @@ class Backend(ABC):
         run_id: str | None,
         reason: Literal["aborted", "interrupted", "shutdown"] = "aborted",
     ) -> str | None:
-        """Ask the owner of the active run (or of ``run_id`` if active) to abort it.
+        """Ask the owner of the active run (or of ``run_id`` if active) to abort it; a queued
+        ``run_id`` (in the backend's queue) is cancelled and ends in its turn.
 
-        Returns the run id when a running run was asked, None when nothing matched.
+        Returns the run id when a running or queued run was asked, None when nothing matched.
         """
 
     @abstractmethod
@@ -291,12 +292,13 @@ class Backend(ABC):
     # these defaults do nothing. Several instances (Redis): the queue is kept in the backend,
     # so runs start in arrival order cluster-wide and the bound counts every instance's runs.
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        """Queue ``run_id`` (last, or first for ``front``); False when ``limit`` runs wait.
+        """Queue ``run_id`` last; False when ``limit`` runs wait. With ``interrupt`` every run
+        already waiting is cancelled (it still takes the slot in its turn, already aborted).
 
         Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
-        was not queued.
+        was not queued. A run cancelled while queued gets its control aborted by its claim.
         """
         return True
 

@@ -44,6 +44,9 @@ class RunRequest:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set once the run's ``run.started`` is in the log (and state), or the run is over.
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
+    #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
+    cancelled: Literal["aborted", "interrupted"] | None = None
 
     async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
         """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.

@@ -1,7 +1,10 @@
 """Runs per conversation: accept (multitask reject / interrupt / enqueue), execute, abort, drain.
 
-One worker task per busy conversation takes queued runs in FIFO order and executes them one at
-a time; the run slot is claimed in the backend so aborts and commands posted anywhere reach it.
+One worker task per busy conversation takes queued runs in acceptance order (FIFO, also for
+``interrupt``) and executes them one at a time; the run slot is claimed in the backend so aborts
+and commands posted anywhere reach it. An interrupt or an abort never reorders or removes an
+accepted run: it cancels it, and a run cancelled before it started still takes its turn, logging
+its start, its user message and ``run.cancelled`` without reaching the upstream.
 """
 
 from __future__ import annotations
@@ -183,9 +186,14 @@ class RunManager:
                     )
                 slot.queue.append(request)
                 status = "queued"
-            else:  # interrupt: the new run goes next, the active one is cancelled
-                await self.backend.enqueue_run(ref, request.run_id, limit=None, front=True)
-                slot.queue.appendleft(request)
+            else:  # interrupt: cancel the active run and every run accepted before this one
+                await self.backend.enqueue_run(ref, request.run_id, limit=None, interrupt=True)
+                for earlier in slot.queue:
+                    earlier.cancelled = "interrupted"
+                current = slot.current  # maybe still waiting for the slot: abort it here
+                if current is not None and not current.ended:
+                    current.abort("interrupted")
+                slot.queue.append(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
                 slot.worker = asyncio.create_task(self._work(ref, slot))
@@ -219,6 +227,8 @@ class RunManager:
                     await self.backend.release_run(ref, active.run_id)
                 if active is None or not preclaimed:
                     active = ActiveRun(request.run_id)
+                if request.cancelled is not None:  # it runs only to log its cancellation
+                    active.abort(request.cancelled)
                 slot.current = active
                 try:
                     if not preclaimed and not await self._claim_in_turn(ref, active):
@@ -270,21 +280,22 @@ class RunManager:
 
     # --- abort ---------------------------------------------------------------------------
     async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
-        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue.
-
-        The backend drops a run queued on another instance (its worker then skips it)."""
+        """Abort the active run (or ``run_id``); a queued ``run_id`` is cancelled and logs its
+        cancellation in its turn. The backend reaches a run queued on another instance."""
         slot = self._slots.get(ref)
         current = None if slot is None else slot.current
         if current is not None and current.ended and run_id in (None, current.run_id):
             return None  # its terminal is logged: nothing runs any more (it is finishing up)
         if slot is not None and run_id is not None:
-            for request in list(slot.queue):
+            for request in slot.queue:
                 if request.run_id == run_id:
-                    slot.queue.remove(request)
-                    request.done.set()
-                    with contextlib.suppress(Exception):  # else its ticket lapses
-                        await self.backend.drop_run(ref, run_id)
+                    request.cancelled = request.cancelled or "aborted"
+                    await self.backend.request_abort(ref, run_id, "aborted")  # its ticket too
                     return run_id
+            if current is not None and current.run_id == run_id:
+                current.abort("aborted")  # started here, maybe still waiting for the slot
+                await self.backend.request_abort(ref, run_id, "aborted")
+                return run_id
         return await self.backend.request_abort(ref, run_id, "aborted")
 
     async def wait_idle(self, ref: ConversationRef, wait: float) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.app.redis_http import redis_start_gateway as start_gateway
 from tests.app.test_multitask import (
     gw,
-    test_abort_of_a_queued_run_drops_it,
+    test_abort_of_a_queued_run_cancels_it,
     test_enqueue_runs_in_order_and_is_bounded,
     test_interrupt_cancels_the_active_run_then_starts,
     test_refused_requests_leave_no_bookkeeping,
@@ -19,7 +19,7 @@ from tests.app.test_multitask import (
 __all__ = [
     "gw",
     "start_gateway",
-    "test_abort_of_a_queued_run_drops_it",
+    "test_abort_of_a_queued_run_cancels_it",
     "test_enqueue_runs_in_order_and_is_bounded",
     "test_interrupt_cancels_the_active_run_then_starts",
     "test_refused_requests_leave_no_bookkeeping",

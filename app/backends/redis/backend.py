@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -540,6 +540,8 @@ class RedisBackend(Backend):
         )
         self._owned[keys.tag] = owned
         owned.start()
+        if claim.cancelled:  # cancelled while it was queued: it ends at once, in its turn
+            control.abort(cast(AbortReason, claim.cancelled))
         return True
 
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
@@ -585,17 +587,18 @@ class RedisBackend(Backend):
             aborted = None
             if await self._holder(keys) is not None:
                 aborted = await self.control.abort(keys, run_id, reason)
-            if aborted is None and run_id is not None and await self.queue.drop(keys, run_id):
-                self.tickets.discard(keys, run_id)  # a queued run (of any instance): dropped
-                return run_id
+            if aborted is None and run_id is not None:
+                # A queued run (of any instance) is cancelled: it logs that in its turn.
+                if await self.queue.cancel(keys, run_id, reason):
+                    return run_id
             return aborted
 
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
         keys = self.keys(ref)
         with unavailable():
-            queued = await self.queue.enqueue(keys, run_id, limit, front)
+            queued = await self.queue.enqueue(keys, run_id, limit, interrupt)
         if queued:
             self.tickets.add(keys, run_id)
         return queued

@@ -21,6 +21,8 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
     P:{T}:queue   zset     enqueued runs waiting for the slot, in arrival order (``queue.py``)
     P:{T}:qlive   hash     run id -> liveness deadline (ms, Redis time) of each queued run
+    P:{T}:qcancel hash     run id -> reason ("interrupted" | "aborted") of a queued run that was
+                           cancelled before it started (it logs its cancellation in its turn)
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
 whose hash is ``H``) and ``P:idem:{H}`` (idempotency records, by hash of their scope).
@@ -109,6 +111,10 @@ class ConversationKeys:
     def qlive(self) -> str:
         return self._k("qlive")
 
+    @property
+    def qcancel(self) -> str:
+        return self._k("qcancel")
+
     def all_keys(self) -> tuple[str, ...]:
         """Every data key (not the channel): what a DELETE removes."""
         return (
@@ -123,6 +129,7 @@ class ConversationKeys:
             self.inflight,
             self.queue,
             self.qlive,
+            self.qcancel,
         )
 
 
