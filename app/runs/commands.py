@@ -1,7 +1,9 @@
 """Commands to a waiting run (protocol.md §9): refusals checked against the state, then delivery.
 
 Every refusal happens here, before the provider sees anything; an accepted command is delivered
-to the run's owner through the backend and answered ``202``.
+to the run's owner through the backend and answered ``202``. A target id (approval or tool call)
+names the entity of the conversation's running run when it has one, else of the latest run that
+has it (upstreams reuse fixed ids across runs).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from app.gateway import Gateway
 from app.runs.limits import check_json_size
 from providers.contract import Command
 
-__all__ = ["resolve_approval", "retry_tool", "submit_tool_result"]
+__all__ = ["resolve_approval", "retry_tool", "submit_tool_result", "target_scope"]
 
 
 def _find(state: dict[str, Any], table: str, target_id: str) -> dict[str, Any] | None:
@@ -27,6 +29,19 @@ def _find(state: dict[str, Any], table: str, target_id: str) -> dict[str, Any] |
     running = [m for m in matches if runs.get(str(m.get("runId")), {}).get("status") == "running"]
     candidates = running or matches
     return candidates[-1] if candidates else None
+
+
+async def target_scope(
+    gateway: Gateway, ref: ConversationRef, table: str, target_id: str
+) -> tuple[str, ...]:
+    """What a derived idempotency key of a command covers beyond route and body: the
+    conversation's incarnation (its session id) and the run the target belongs to."""
+    snapshot = await gateway.backend.snapshot(ref)
+    if snapshot is None:
+        return ()
+    target = _find(snapshot.state, table, target_id)
+    run_id = "" if target is None else str(target.get("runId"))
+    return (snapshot.meta.session_id, run_id)
 
 
 async def _state(gateway: Gateway, ref: ConversationRef) -> dict[str, Any]:
