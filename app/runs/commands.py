@@ -3,7 +3,9 @@
 Every refusal happens here, before the provider sees anything; an accepted command is delivered
 to the run's owner through the backend and answered ``202``. A target id (approval or tool call)
 names the entity of the conversation's running run when it has one, else of the latest run that
-has it (upstreams reuse fixed ids across runs).
+has it (upstreams reuse fixed ids across runs). The checks follow the target: 404 when unknown,
+the route's 409 when it does not await this command (also when its run has ended), and
+``run_not_running`` only when it still awaits but its run is not running.
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ async def resolve_approval(
     if approval is None:
         raise ApiError(404, "approval_not_found", f"No approval {approval_id}.")
     run_id = approval["runId"]
-    _require_running(state, run_id)
     if approval.get("status") != "waiting" or approval_id in _in_flight(gateway, ref, run_id):
         raise ApiError(409, "approval_already_resolved", f"Approval {approval_id} is resolved.")
+    _require_running(state, run_id)
     expires_at = approval.get("expiresAt")
     if isinstance(expires_at, int | float) and time.time() * 1000 >= expires_at:
         raise ApiError(410, "approval_expired", f"Approval {approval_id} has expired.")
@@ -130,11 +132,11 @@ async def submit_tool_result(
     if tool is None:
         raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
-    _require_running(state, run_id)
     if not _awaits_app(tool) or tool_call_id in _in_flight(gateway, ref, run_id):
         raise ApiError(
             409, "tool_not_awaiting_result", f"Tool call {tool_call_id} awaits no result."
         )
+    _require_running(state, run_id)
     payload: dict[str, Any] = {"toolCallId": tool_call_id, "result": result}
     if is_error:
         payload["isError"] = True
@@ -149,7 +151,6 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
     if tool is None:
         raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
-    _require_running(state, run_id)
     error = tool.get("error")
     retryable = isinstance(error, dict) and error.get("retryable") is True
     if (
@@ -158,6 +159,7 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
         or tool_call_id in _in_flight(gateway, ref, run_id)
     ):
         raise ApiError(409, "tool_not_retryable", f"Tool call {tool_call_id} cannot be retried.")
+    _require_running(state, run_id)
     return await _deliver(
         gateway, ref, run_id, Command("tool.retry", {"toolCallId": tool_call_id}), tool_call_id
     )

@@ -68,3 +68,30 @@ async def test_a_later_run_reusing_a_tool_id_gets_its_result(gateways: Gateways)
             assert {a.status_code for a in answers} == {202}, [a.text for a in answers]
             assert {a.json()["runId"] for a in answers} == {run["runId"]}
             await wait_state(client, KEY, lambda s, r=run["runId"]: _status_of(s, r) != "running")
+
+
+async def test_command_refusals_follow_the_target_once_its_run_ended(gateways: Gateways) -> None:
+    gw = await gateways(providers={"demo": CountingProvider()})
+    async with gw.client() as client:
+        run = await start_run(client, KEY, "apptool:t1 approval:a1")
+        await wait_state(client, KEY, _waiting("toolCalls", run["runId"], "running"))
+        abort = client.post(f"{BASE}/abort", json={"runId": run["runId"]})
+        results = [
+            client.post(f"{BASE}/tools/t1/result", json={"result": i}) for i in range(RETRIES)
+        ]
+        answers = await asyncio.gather(abort, *results)
+        assert answers[0].status_code == 202
+        await wait_state(client, KEY, lambda s: _status_of(s, run["runId"]) == "cancelled")
+        codes = {
+            (a.status_code, a.json().get("error", {}).get("code")) for a in answers[1:]
+        }  # each raced the abort: accepted, or refused as the tool no longer awaits
+        assert codes <= {(202, None), (409, "tool_not_awaiting_result")}, codes
+        after = await client.post(f"{BASE}/tools/t1/result", json={"result": "late"})
+        assert (after.status_code, after.json()["error"]["code"]) == (
+            409,
+            "tool_not_awaiting_result",
+        )
+        retry = await client.post(f"{BASE}/tools/t1/retry")
+        assert (retry.status_code, retry.json()["error"]["code"]) == (409, "tool_not_retryable")
+        unknown = await client.post(f"{BASE}/tools/nope/result", json={"result": 1})
+        assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "tool_not_found")
