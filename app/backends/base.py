@@ -194,7 +194,9 @@ class RunControl(Protocol):
 
     run_id: str
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None: ...
+    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> bool:
+        """False when the run's end is already decided (the abort comes too late)."""
+        ...
 
     def deliver(self, command: Command) -> None: ...
 
@@ -286,6 +288,16 @@ class Backend(ABC):
     @abstractmethod
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         """Deliver ``command`` to the owner of ``run_id``; False when that run is not active."""
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        """Decide the end of ``run_id`` (its owner is about to log its terminal event): the
+        reason of an abort another instance requested before now, else None, and from now on
+        such aborts answer None. Atomic with ``request_abort``, so an abort answered with the
+        run id always ends the run ``run.cancelled``. Aborts reaching the owner's
+        :class:`RunControl` directly are decided by it (``abort`` answers False).
+
+        One instance (memory): every abort reaches the control; nothing to decide here."""
+        return None
 
     # --- the queue of enqueued runs (multitask "enqueue" / "interrupt") ----------------------
     # One instance (memory): the RunManager's own per-conversation queue is the whole queue, so

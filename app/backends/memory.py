@@ -298,7 +298,8 @@ class MemoryBackend(Backend):
         control = self._runs.get(ref)
         if control is None or (run_id is not None and control.run_id != run_id):
             return None
-        control.abort(reason)
+        if not control.abort(reason):
+            return None  # its end is already decided: too late to abort
         return control.run_id
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.backends import Backend, ConversationRef
+from app.backends.base import TERMINAL_TYPES
 from app.config import Settings
 from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
@@ -79,9 +80,15 @@ class ActiveRun:
         self.in_flight: set[str] = set()
         #: Its terminal event is logged (it still holds the slot while it finishes up).
         self.ended = False
+        #: How it ends is decided (its terminal is being logged): aborts come too late.
+        self.ending = False
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
+    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> bool:
+        """Abort the run; False (and nothing changes) once its end is decided."""
+        if self.ending:
+            return False
         self.signal.abort(reason)
+        return True
 
     def deliver(self, command: Command) -> None:
         self.commands.put_nowait(command)
@@ -122,6 +129,23 @@ def _terminal_event(
     }
 
 
+async def _decide_end(
+    backend: Backend, ref: ConversationRef, active: ActiveRun, event: AgentEvent
+) -> AgentEvent:
+    """``event``, the run's terminal, or ``run.cancelled`` in its place when an abort was
+    answered (202) before the end was decided: an accepted abort always wins."""
+    active.ending = True  # from here on, local aborts answer "aborted": false
+    reason = active.signal.reason or await backend.end_run(ref, active.run_id)
+    if reason is None or event["type"] == "run.cancelled":
+        return event
+    return {
+        **event,
+        "type": "run.cancelled",
+        "eventId": f"{event['eventId']}:cancelled",
+        "payload": {"reason": reason},
+    }
+
+
 async def _close_unterminated(
     backend: Backend, ref: ConversationRef, session_id: str, active: ActiveRun
 ) -> None:
@@ -136,14 +160,9 @@ async def _close_unterminated(
             ref, _terminal_event(state, session_id, run_id, "run.started", {})
         )
         state = (await backend.snapshot(ref) or snapshot).state
-    if active.signal.aborted:
-        event = _terminal_event(
-            state, session_id, run_id, "run.cancelled", {"reason": active.signal.reason}
-        )
-    else:
-        error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
-        event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
-    await backend.append_event(ref, event)
+    error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
+    event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
+    await backend.append_event(ref, await _decide_end(backend, ref, active, event))
 
 
 async def execute_run(
@@ -187,6 +206,8 @@ async def _execute_run(
     async def on_event(event: AgentEvent) -> None:
         nonlocal terminal_seen
         event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
+        if event["runId"] == active.run_id and event["type"] in TERMINAL_TYPES:
+            event = await _decide_end(backend, ref, active, event)
         entry = await backend.append_event(ref, event)
         if tracker is not None:
             tracker.on_event(event)

@@ -284,8 +284,8 @@ class RunManager:
         cancellation in its turn. The backend reaches a run queued on another instance."""
         slot = self._slots.get(ref)
         current = None if slot is None else slot.current
-        if current is not None and current.ended and run_id in (None, current.run_id):
-            return None  # its terminal is logged: nothing runs any more (it is finishing up)
+        if current is not None and current.ending and run_id in (None, current.run_id):
+            return None  # its end is decided: nothing runs any more (it is finishing up)
         if slot is not None and run_id is not None:
             for request in slot.queue:
                 if request.run_id == run_id:
@@ -293,7 +293,9 @@ class RunManager:
                     await self.backend.request_abort(ref, run_id, "aborted")  # its ticket too
                     return run_id
             if current is not None and current.run_id == run_id:
-                current.abort("aborted")  # started here, maybe still waiting for the slot
+                # Started here, maybe still waiting for the slot.
+                if not current.abort("aborted"):
+                    return None
                 await self.backend.request_abort(ref, run_id, "aborted")
                 return run_id
         return await self.backend.request_abort(ref, run_id, "aborted")

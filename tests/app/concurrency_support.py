@@ -7,7 +7,7 @@ prefix, i.e. one cluster) on the Redis backend on the shared Redis.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -31,26 +31,39 @@ __all__ = [
 ]
 
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
-Gateways = Callable[..., Awaitable[RunningGateway]]
+
+
+class Gateways:
+    """``await gateways(settings, providers=...)`` -> a RunningGateway on ``backend``; on
+    Redis every gateway of one test shares a key prefix (they form one cluster)."""
+
+    def __init__(self, backend: str, prefix: str) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.running: list[RunningGateway] = []
+
+    @property
+    def shared(self) -> bool:
+        """Gateways started by one test share their conversations (several instances)."""
+        return self.backend == "redis"
+
+    async def __call__(self, settings: Settings | None = None, **kwargs: Any) -> RunningGateway:
+        settings = settings or make_settings()
+        if self.backend == "redis":
+            instance = f"{self.prefix}-gw{len(self.running)}"
+            kwargs["backend"] = redis_backend_for(settings, self.prefix, instance)
+        gateway = await launch(settings, **kwargs)
+        self.running.append(gateway)
+        return gateway
 
 
 @pytest.fixture(params=["memory", "redis"])
 async def gateways(request: pytest.FixtureRequest) -> AsyncIterator[Gateways]:
-    """``await gateways(settings, providers=...)`` -> a RunningGateway on the param's backend."""
-    prefix = unique_prefix()
-    running: list[RunningGateway] = []
-
-    async def start(settings: Settings | None = None, **kwargs: Any) -> RunningGateway:
-        settings = settings or make_settings()
-        if request.param == "redis":
-            kwargs["backend"] = redis_backend_for(settings, prefix, f"{prefix}-gw{len(running)}")
-        gateway = await launch(settings, **kwargs)
-        running.append(gateway)
-        return gateway
-
-    async with shared_redis(prefix):
-        yield start
-        for gateway in running:
+    """Gateways on the param's backend, stopped after the test."""
+    starter = Gateways(request.param, unique_prefix())
+    async with shared_redis(starter.prefix):
+        yield starter
+        for gateway in starter.running:
             if not gateway.task.done():
                 await gateway.stop()
 

@@ -581,8 +581,8 @@ class RedisBackend(Backend):
         keys = self.keys(ref)
         owned = self._owned.get(keys.tag)
         if owned is not None and not owned.fenced and run_id in (None, owned.token.run_id):
-            owned.control.abort(reason)  # ours: no round trip needed to reach the run
-            return owned.token.run_id
+            # Ours: no round trip needed to reach the run (None once its end is decided).
+            return owned.token.run_id if owned.control.abort(reason) else None
         with unavailable():
             aborted = None
             if await self._holder(keys) is not None:
@@ -592,6 +592,10 @@ class RedisBackend(Backend):
                 if await self.queue.cancel(keys, run_id, reason):
                     return run_id
             return aborted
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        with unavailable():
+            return await self.control.end(self.keys(ref), run_id)
 
     async def enqueue_run(
         self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
