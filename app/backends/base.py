@@ -21,11 +21,14 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
 from providers.contract import Command
+
+if TYPE_CHECKING:
+    from app.backends.limit_store import LimitStore
 
 __all__ = [
     "EMPTY_CURSOR",
@@ -232,6 +235,20 @@ class Backend(ABC):
     @abstractmethod
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         """The principal's conversations as ``(key, meta)``, in no particular order."""
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        """Count ``ref`` among its principal's conversations unless ``limit`` are held already
+        (True when it exists or was counted). Atomic with other reservations: ``limit`` is never
+        exceeded, also under concurrent requests on several instances. One instance (memory):
+        nothing awaits between this count and the ``create_conversation`` that follows it."""
+        if await self.get_meta(ref) is not None:
+            return True
+        return len(await self.list_conversations(ref.principal)) < limit
+
+    def limit_store(self) -> LimitStore | None:
+        """Where the ``[limits]`` counters live when instances share them (None: the
+        gateway's own in-process counters)."""
+        return None
 
     # --- log and state -------------------------------------------------------------------
     @abstractmethod

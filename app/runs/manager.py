@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from app.api.errors import ApiError
@@ -68,7 +69,7 @@ class RunManager:
         #: Told (synchronously; must not block) of every run that ended on this instance.
         self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
         #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
-        self.limits = GatewayLimits(settings.limits)
+        self.limits = GatewayLimits(settings.limits, backend.limit_store())
 
     # --- queries -------------------------------------------------------------------------
     def active(self, ref: ConversationRef) -> ActiveRun | None:
@@ -111,18 +112,16 @@ class RunManager:
         policy = multitask or self.settings.gateway.multitask
         if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
             check_json_size(input, self.settings.limits.max_input_bytes, "input")
-        self.limits.runs.check(ref.principal)  # 429 rate_limited
+        # 429 rate_limited; counted now (atomically), given back if the run is refused.
+        ticket = await self.limits.take_run(ref.principal)
         slot = self._slots.setdefault(ref, _Slot())
         try:
-            submission = await self._submit(ref, slot, input, provider, policy)
-            self.limits.runs.record(ref.principal)
-            return submission
-        except ApiError:
+            return await self._submit(ref, slot, input, provider, policy)
+        except BaseException:
             self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
+            with contextlib.suppress(Exception):
+                await self.limits.refund_run(ref.principal, ticket)
             raise
-
-    async def _conversation_count(self, principal: str) -> int:
-        return len(await self.backend.list_conversations(principal))
 
     def _forget_if_idle(self, ref: ConversationRef, slot: _Slot) -> None:
         idle = slot.worker is None and not slot.queue and slot.current is None
@@ -149,7 +148,8 @@ class RunManager:
             name = provider or (meta.last_provider if meta else None) or self.catalog.default
             self.catalog.get(name)  # 404 unknown_provider
             if meta is None:
-                await self.limits.check_new_conversation(ref, self._conversation_count)
+                reserve = partial(self.backend.reserve_conversation, ref)
+                await self.limits.check_new_conversation(ref, reserve)
                 now = time.time() * 1000
                 meta = ConversationMeta(
                     session_id=new_session_id(),

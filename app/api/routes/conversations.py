@@ -71,7 +71,7 @@ async def _accept(
         return submission
 
     if stream:
-        gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
+        await gateway.runs.limits.check_subscriber(ref)  # 429 before the run is accepted
     if not idempotency_key:  # an empty header is no key (never a derived one)
         answer = (await submit()).body
     else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
@@ -88,7 +88,7 @@ async def _accept(
             spec = Follow(since=last_event_id, until_run=answer["runId"])
         else:
             spec = Follow(start=answer["cursor"], until_run=answer["runId"])
-        return sse_response(gateway, ref, spec)
+        return await sse_response(gateway, ref, spec)
     return JSON(answer, status_code=202)
 
 

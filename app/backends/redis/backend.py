@@ -70,6 +70,12 @@ from app.backends.redis.keys import (
     idempotency_key,
     principal_index_key,
 )
+from app.backends.redis.limits import (
+    RESERVE_CONVERSATION,
+    RESERVED_PREFIX,
+    RedisLimits,
+    reservation_fresh,
+)
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.redis.queue import RunQueue, TicketKeeper
 from app.backends.redis.reaper import Reaper
@@ -136,6 +142,8 @@ class RedisBackend(Backend):
             tick_seconds=min(1.0, max(0.05, lease_ttl_seconds / 4)),
         )
         self._create = redis.register_script(CREATE)
+        self.limits = RedisLimits(redis, self.prefix, self.lease_ttl_ms)
+        self._reserve = redis.register_script(RESERVE_CONVERSATION)
         self._save_meta = redis.register_script(SAVE_META)
         self._owned: dict[str, OwnedRun] = {}
         self._bg: set[asyncio.Task[None]] = set()
@@ -167,6 +175,7 @@ class RedisBackend(Backend):
     async def start(self) -> None:
         await self.bus.start()
         self.tickets.start()
+        self.limits.start()
         interval = max(0.25, self.lease_ttl_ms / 2000)
         self._sweeper = asyncio.create_task(
             self.reaper.sweep_forever(interval), name="redis-lost-owners"
@@ -183,6 +192,7 @@ class RedisBackend(Backend):
             await owned.stop()
         self._owned.clear()
         await self.tickets.stop()
+        await self.limits.stop()
         await self.hub.close()
         await self.bus.stop()
         for task in list(self._bg):
@@ -210,6 +220,19 @@ class RedisBackend(Backend):
                 await self.redis.hset(principal_index_key(ref.principal, self.prefix), ref.key, 1)
                 await self._touch(keys)
         return bool(created)
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        if await self.get_meta(ref) is not None:
+            return True
+        index = principal_index_key(ref.principal, self.prefix)
+        await self.list_conversations(ref.principal)  # drops the expired from the index first
+        with unavailable():
+            reservation = f"{RESERVED_PREFIX}{int(time.time() * 1000)}"
+            res = await self._reserve(keys=[index], args=[ref.key, limit, reservation])
+        return bool(int(res))
+
+    def limit_store(self) -> RedisLimits:
+        return self.limits
 
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         with unavailable():
@@ -248,7 +271,8 @@ class RedisBackend(Backend):
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         index = principal_index_key(principal, self.prefix)
         with unavailable():
-            names = [_s(k) for k in await self.redis.hkeys(index)]
+            listed = {_s(k): _s(v) for k, v in (await self.redis.hgetall(index)).items()}
+            names = list(listed)
             if not names:
                 return []
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -257,9 +281,11 @@ class RedisBackend(Backend):
                 metas = await pipe.execute()
         out: list[tuple[str, ConversationMeta]] = []
         stale: list[str] = []
+        now_ms = time.time() * 1000
         for name, raw in zip(names, metas, strict=True):
             if raw is None:
-                stale.append(name)  # expired (conversation_ttl_seconds)
+                if not reservation_fresh(listed[name], now_ms):  # being created: it counts
+                    stale.append(name)  # expired (conversation_ttl_seconds)
             else:
                 out.append((name, ConversationMeta.from_dict(orjson.loads(raw))))
         if stale:
