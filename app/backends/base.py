@@ -226,7 +226,9 @@ class Backend(ABC):
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None: ...
 
     @abstractmethod
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None: ...
+    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+        """Replace the meta of the conversation's incarnation that ``meta.session_id`` names;
+        nothing when the conversation was deleted (or deleted and created again) meanwhile."""
 
     @abstractmethod
     async def delete(self, ref: ConversationRef) -> bool:
@@ -253,7 +255,8 @@ class Backend(ABC):
     # --- log and state -------------------------------------------------------------------
     @abstractmethod
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
-        """Reduce ``event`` into the state and append it to the log, in one step."""
+        """Reduce ``event`` into the state and append it to the log, in one step. Refused
+        (raises) for a run of another incarnation of the conversation (deleted meanwhile)."""
 
     @abstractmethod
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:

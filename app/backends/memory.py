@@ -174,7 +174,7 @@ class MemoryBackend(Backend):
 
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         conv = self._get(ref)
-        if conv is not None:
+        if conv is not None and conv.meta.session_id == meta.session_id:  # same incarnation
             conv.meta = meta
 
     async def delete(self, ref: ConversationRef) -> bool:
@@ -206,6 +206,8 @@ class MemoryBackend(Backend):
 
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         conv = self._require(ref)
+        if event.get("sessionId") != conv.meta.session_id:  # a run of a deleted incarnation
+            raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         conv.store.dispatch(event)
         conv.last_seq += 1
         conv.meta.updated_at = time.time() * 1000

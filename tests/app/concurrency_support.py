@@ -25,6 +25,7 @@ __all__ = [
     "TERMINALS",
     "CountingProvider",
     "Gateways",
+    "HeldProvider",
     "gateways",
     "run_log",
     "ws_requests",
@@ -101,4 +102,20 @@ class CountingProvider(ScriptedProvider):
 
     async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> Any:
         self.reached.append(str(input.get("prompt")))
+        return await super().prepare_request(input, ctx)
+
+
+class HeldProvider(CountingProvider):
+    """A run whose prompt contains ``hold`` waits (ignoring aborts) until ``release`` is set:
+    a run that outlives the gateway's shutdown grace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> Any:
+        if "hold" in str(input.get("prompt")):
+            self.holding.set()
+            await self.release.wait()
         return await super().prepare_request(input, ctx)

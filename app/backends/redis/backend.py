@@ -242,7 +242,9 @@ class RedisBackend(Backend):
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         keys = self.keys(ref)
         with unavailable():
-            await self._save_meta(keys=[keys.meta], args=[orjson.dumps(meta.to_dict())])
+            await self._save_meta(
+                keys=[keys.meta], args=[orjson.dumps(meta.to_dict()), meta.session_id]
+            )
 
     async def delete(self, ref: ConversationRef) -> bool:
         keys = self.keys(ref)

@@ -162,9 +162,13 @@ redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
 return 1
 """
 
-#: KEYS: meta.  ARGV: meta JSON.  Update the meta of an existing conversation. -> 1 | 0
+#: KEYS: meta.  ARGV: meta JSON, its session id.  Update the meta of an existing conversation
+#: of the same incarnation (a run of a deleted conversation never writes into a new one, whose
+#: session id differs). -> 1 | 0
 SAVE_META: Final = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local stored = redis.call('HGET', KEYS[1], 'meta')
+if not stored then return 0 end
+if cjson.decode(stored)['sessionId'] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
 """
