@@ -214,7 +214,8 @@ class GatewayLimits:
         if self.store is None:
             self.subscribers.release(ref)
         elif token is not None:
-            await self.store.free_subscriber(token)
+            with contextlib.suppress(Exception):  # backend unreachable: the slot lapses
+                await self.store.free_subscriber(token)
 
     def _subscribers_refused(self, which: SubscriberRefusal) -> ApiError:
         s = self.settings

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from app.backends.base import ConversationRef
 from app.backends.limit_store import SubscriberRefusal
+from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import conversation_tag
 from app.backends.redis.tasks import stop_task
 from app.ids import new_token
@@ -129,19 +130,27 @@ class RedisLimits:
     # --- runs per minute -----------------------------------------------------------------
     async def take_run(self, principal: str, per_minute: int) -> tuple[str | None, float]:
         token = new_token(8)
-        res = int(
-            await self._take_run(
-                keys=[self._principal_key("rate", principal)],
-                args=[per_minute, WINDOW_MS, token],
+        with unavailable():
+            res = int(
+                await self._take_run(
+                    keys=[self._principal_key("rate", principal)],
+                    args=[per_minute, WINDOW_MS, token],
+                )
             )
-        )
         return (token, 0.0) if res < 0 else (None, math.ceil(res / 1000))
 
     async def refund_run(self, principal: str, token: str) -> None:
-        await self.redis.zrem(self._principal_key("rate", principal), token)
+        with unavailable():
+            await self.redis.zrem(self._principal_key("rate", principal), token)
 
     # --- subscribers ---------------------------------------------------------------------
     async def take_subscriber(
+        self, ref: ConversationRef, per_conversation: int, per_principal: int
+    ) -> tuple[str | None, SubscriberRefusal | None]:
+        with unavailable():
+            return await self._take_subscriber(ref, per_conversation, per_principal)
+
+    async def _take_subscriber(
         self, ref: ConversationRef, per_conversation: int, per_principal: int
     ) -> tuple[str | None, SubscriberRefusal | None]:
         token = new_token(8)
@@ -160,11 +169,12 @@ class RedisLimits:
         return token, None
 
     async def free_subscriber(self, token: str) -> None:
-        keys = self._held.pop(token, ())
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.zrem(key, token)
-            await pipe.execute()
+        keys = self._held.pop(token, ())  # not renewed from now on: it lapses if Redis is down
+        with unavailable():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.zrem(key, token)
+                await pipe.execute()
 
     async def subscribers_full(
         self, ref: ConversationRef, per_conversation: int, per_principal: int
@@ -172,10 +182,11 @@ class RedisLimits:
         ttl = self.slot_ttl_ms
         mine = self._principal_key("subs", ref.principal)
         conv = self._conversation_key(ref)
-        if not int(await self._take_slot(keys=[conv], args=[per_conversation, ttl, ""])):
-            return "conversation"
-        if not int(await self._take_slot(keys=[mine], args=[per_principal, ttl, ""])):
-            return "principal"
+        with unavailable():
+            if not int(await self._take_slot(keys=[conv], args=[per_conversation, ttl, ""])):
+                return "conversation"
+            if not int(await self._take_slot(keys=[mine], args=[per_principal, ttl, ""])):
+                return "principal"
         return None
 
     # --- renewal -------------------------------------------------------------------------
