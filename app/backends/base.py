@@ -18,6 +18,7 @@ Redis. The contract, pinned by ``tests/app/backend_contract.py``:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -333,6 +334,12 @@ class Backend(ABC):
         was not queued. A run cancelled while queued gets its control aborted by its claim.
         """
         return True
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        """Return once the conversation's run slot may have been freed (a run released it,
+        a queued run left the queue), or after ``wait`` s: a run waiting for its turn
+        waits on this, not by polling ``claim_run``."""
+        await asyncio.sleep(wait)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         """Remove a queued run (aborted before it started); True when it was queued."""

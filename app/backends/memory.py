@@ -99,6 +99,8 @@ class MemoryBackend(Backend):
         self._conversations: OrderedDict[ConversationRef, _Conversation] = OrderedDict()
         self._notifiers: dict[ConversationRef, _Notifier] = {}
         self._runs: dict[ConversationRef, RunControl] = {}
+        #: Set when the conversation's run slot is released (runs waiting for their turn).
+        self._slot_waiters: dict[ConversationRef, asyncio.Event] = {}
         self._idempotency: dict[str, tuple[float, IdempotencyRecord]] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -286,6 +288,16 @@ class MemoryBackend(Backend):
         control = self._runs.get(ref)
         if control is not None and control.run_id == run_id:
             del self._runs[ref]
+            freed = self._slot_waiters.pop(ref, None)
+            if freed is not None:
+                freed.set()
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        if ref not in self._runs:
+            return
+        freed = self._slot_waiters.setdefault(ref, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(freed.wait(), wait)
 
     async def active_run(self, ref: ConversationRef) -> str | None:
         control = self._runs.get(ref)

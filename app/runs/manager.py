@@ -32,6 +32,9 @@ __all__ = ["RunManager", "Submission"]
 
 logger = logging.getLogger("app.runs")
 Multitask = Literal["reject", "interrupt", "enqueue"]
+#: How long a run waiting for its turn waits for a "slot freed" notification before it tries
+#: to claim again anyway.
+SLOT_WAIT_FALLBACK_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -271,11 +274,14 @@ class RunManager:
 
     async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
         """Wait for the run slot: the active run and the runs queued before this one go first
-        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile."""
+        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile.
+
+        Between claims it waits for the backend to say the slot was freed; the timeout is
+        only a slow fallback (a lost notification, a dead instance's lapsed ticket)."""
         while not await self.backend.claim_run(ref, active):
             if self.backend.run_dropped(ref, active.run_id):
                 return False
-            await asyncio.sleep(0.05)  # another run (maybe on another instance) goes first
+            await self.backend.wait_run_slot(ref, SLOT_WAIT_FALLBACK_SECONDS)
         return True
 
     # --- abort ---------------------------------------------------------------------------

@@ -129,6 +129,8 @@ class RedisBackend(Backend):
         self.tickets = TicketKeeper(self.queue)
         #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete).
         self._dropped: set[tuple[str, str]] = set()
+        #: Runs of this instance waiting for a conversation's slot, by tag (``wait_run_slot``).
+        self._slot_waiters: dict[str, set[asyncio.Event]] = {}
         self.bus = ControlBus(redis)
         self.states = StateCache(redis, self.log, replica_cache)
         self.reaper = Reaper(
@@ -572,11 +574,44 @@ class RedisBackend(Backend):
             control.abort(cast(AbortReason, claim.cancelled))
         return True
 
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        keys = self.keys(ref)
+        freed = asyncio.Event()
+
+        def wake(_: str) -> None:
+            freed.set()
+
+        self.bus.add(keys.turn, wake)  # freed on another instance
+        self._slot_waiters.setdefault(keys.tag, set()).add(freed)  # freed here
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), wait)
+        finally:
+            self.bus.remove(keys.turn, wake)
+            waiters = self._slot_waiters.get(keys.tag)
+            if waiters is not None:
+                waiters.discard(freed)
+                if not waiters:
+                    del self._slot_waiters[keys.tag]
+
+    async def _slot_freed(self, keys: ConversationKeys) -> None:
+        """Wake the runs waiting for this conversation's slot, here and on other instances."""
+        for freed in self._slot_waiters.get(keys.tag, ()):
+            freed.set()
+        with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
+            await self.redis.publish(keys.turn, "freed")
+
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
         keys = self.keys(ref)
         owned = self._owned.get(keys.tag)
         if owned is None or owned.token.run_id != run_id:
             return
+        try:
+            await self._release_owned(keys, owned)
+        finally:
+            await self._slot_freed(keys)
+
+    async def _release_owned(self, keys: ConversationKeys, owned: OwnedRun) -> None:
         await owned.stop()
         owned.released = True  # snapshot() reads Redis from now on (others may append)
         try:
@@ -639,7 +674,10 @@ class RedisBackend(Backend):
         keys = self.keys(ref)
         self.tickets.discard(keys, run_id)  # no longer renewed: it lapses if Redis is down
         with unavailable():
-            return await self.queue.drop(keys, run_id)
+            dropped = await self.queue.drop(keys, run_id)
+        if dropped:  # the run after it may be first now
+            await self._slot_freed(keys)
+        return dropped
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         keys = self.keys(ref)

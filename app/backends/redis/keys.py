@@ -19,6 +19,7 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:cmd     list     commands for the owner (RPUSH here, LPOP there)
     P:{T}:inflight set     targets (approval / tool call ids) with a command in flight
     P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
+    P:{T}:turn    channel  pub/sub wake-ups for runs waiting for the slot: it was freed
     P:{T}:queue   zset     enqueued runs waiting for the slot, in arrival order (``queue.py``)
     P:{T}:qlive   hash     run id -> liveness deadline (ms, Redis time) of each queued run
     P:{T}:qcancel hash     run id -> reason ("interrupted" | "aborted") of a queued run that was
@@ -102,6 +103,10 @@ class ConversationKeys:
     @property
     def ctl(self) -> str:
         return self._k("ctl")
+
+    @property
+    def turn(self) -> str:
+        return self._k("turn")
 
     @property
     def queue(self) -> str:
