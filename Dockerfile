@@ -12,10 +12,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY core ./core
 COPY providers ./providers
 COPY app ./app
+COPY clients/js/src ./clients/js/src
 # The project itself (not editable): its pinned-by-range dependencies land in /opt/venv.
 RUN /opt/venv/bin/pip install --no-cache-dir . \
  && /opt/venv/bin/python -c "import app.factory, app.backends.redis"

@@ -1,20 +1,36 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Runtime dependencies only (`make run`, `make openapi`).
+RUN_STAMP := $(VENV)/.installed-run
+# Runtime plus the dev extras (lint, type check, tests).
 STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
-.PHONY: test run lint typecheck layers pytest openapi bench clean
+.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+$(PY):
+	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+# The dev extras include the runtime dependencies, so this also satisfies `make run`.
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
+
+# Redis on 127.0.0.1:6379, redis-server, nginx and chromium (installed when root + apt-get).
+test-setup:
+	scripts/test-setup.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check core providers app tests bench
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy --strict core providers
+	$(VENV)/bin/mypy --strict core providers app
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
@@ -22,12 +38,19 @@ layers: $(STAMP)
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider
 
-test: lint typecheck layers pytest
+# The tests need what test-setup provides, also when `make pytest` is run alone.
+pytest: test-setup
 
-run: $(STAMP)
-	$(VENV)/bin/agent-gateway serve --host 127.0.0.1 --port 8000
+test: test-setup lint typecheck layers pytest
 
-openapi: $(STAMP)
+run: $(RUN_STAMP)
+	$(VENV)/bin/agent-gateway serve --host $(HOST) --port $(PORT)
+
+# Every benchmark figure of BENCHMARKS.md, one after the other (ARGS=--quick: about a minute).
+bench: test-setup $(STAMP)
+	$(PY) bench/run_all.py $(ARGS)
+
+openapi: $(RUN_STAMP)
 	$(VENV)/bin/agent-gateway openapi
 
 clean:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from app.auth.tokens import load_tokens_file
+from core.runs import RUN_TERMINAL_TYPE_LIST, RunTerminalType
 
 CONFIG_ENV_VAR = "AGENT_GATEWAY_CONFIG"
 DEMO_PROVIDER = "demo"
@@ -70,11 +71,11 @@ class LimitsSection(_Section):
     max_inline_artifact_bytes: int = Field(1048576, ge=1)
 
 
-WebhookEvent = Literal["run.completed", "run.failed", "run.cancelled"]
+WebhookEvent = RunTerminalType
 
 
 def _all_webhook_events() -> list[WebhookEvent]:
-    return ["run.completed", "run.failed", "run.cancelled"]
+    return list(RUN_TERMINAL_TYPE_LIST)
 
 
 class WebhooksSection(_Section):

@@ -31,7 +31,7 @@ class GatewayApp(FastAPI):
     """FastAPI, plus the server's transport in ``scope["extensions"]`` when it is reachable.
 
     A subscriber dropped for a blocked send must free what its socket buffer pins at once; a
-    graceful close would wait for a peer that never reads (see ``app/sse.py``).
+    graceful close would wait for a peer that never reads (see ``app/streams/sse.py``).
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -49,7 +49,8 @@ def create_app(
 ) -> FastAPI:
     """Build the app. ``providers`` replaces configured providers by name (embedding, tests)."""
     settings = settings or load_settings()
-    register_secrets(collect_secrets(settings))  # scrubbed from every log line (app/logs.py)
+    # Scrubbed from every log line (app/observability/logs/redaction.py).
+    register_secrets(collect_secrets(settings))
     gateway = Gateway(settings, backend=backend, providers=providers)
     # Streams are closed by the gateway's own drain (after run.cancelled is delivered), not by
     # sse-starlette's immediate cancel on SIGTERM.
@@ -71,7 +72,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gateway = gateway
-    document_webhooks(app)  # OpenAPI only: what [webhooks] url receives (app/webhooks_doc.py)
+    document_webhooks(app)  # OpenAPI only: what [webhooks] url receives (app/api/webhooks_doc.py)
     install_error_handlers(app)
     if settings.gateway.cors_origins:
         app.add_middleware(
@@ -80,9 +81,12 @@ def create_app(
             allow_methods=["*"],
             allow_headers=["*"],
         )
-    app.add_middleware(RequestContextMiddleware)  # request id + access line (app/logs.py)
+    app.add_middleware(RequestContextMiddleware)  # request id + access line
     for module in (conversations, events, commands, ws, system):
         app.include_router(module.router)
     if settings.gateway.demo_page and system.STATIC_DIR.is_dir():
+        # The client's modules first: /static/client is inside /static's path space.
+        if system.CLIENT_DIR.is_dir():
+            app.mount("/static/client", StaticFiles(directory=system.CLIENT_DIR), name="client")
         app.mount("/static", StaticFiles(directory=system.STATIC_DIR), name="static")
     return app

@@ -35,13 +35,13 @@ class Gateway:
     ) -> None:
         self.settings = settings
         self.catalog = ProviderCatalog(settings, providers)
-        #: Prometheus metrics of this gateway (app/metrics.py); served at /metrics.
+        #: Prometheus metrics of this gateway (app/observability/metrics); served at /metrics.
         self.metrics = GatewayMetrics(providers=self.catalog.names())
-        self.backend: Backend = InstrumentedBackend(  # type: ignore[assignment]
+        self.backend: Backend = InstrumentedBackend(
             backend or create_backend(settings), self.metrics
         )
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
-        #: Completion webhooks of [webhooks] (app/webhooks.py); off when no url is configured.
+        #: Completion webhooks of [webhooks] (app/observability/webhooks.py); off without a url.
         self.webhooks = WebhookDispatcher(settings.webhooks, self.backend, self.metrics.registry)
         if self.webhooks.enabled:
             self.runs.run_listeners.append(self.webhooks.run_ended)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from core.jsnum import is_js_finite, is_js_integer
+from core.runs import RUN_TERMINAL_TYPES
 
 if TYPE_CHECKING:
     from core.models import AgentEvent
@@ -66,9 +67,6 @@ EVENT_TYPE_LIST: Final[tuple[str, ...]] = (
     "artifact.failed",
 )
 EVENT_TYPES: Final[frozenset[str]] = frozenset(EVENT_TYPE_LIST)
-RUN_TERMINAL_TYPES: Final[frozenset[str]] = frozenset(
-    {"run.completed", "run.failed", "run.cancelled"}
-)
 APPROVAL_DECISIONS: Final[frozenset[str]] = frozenset(
     {"approved", "rejected", "modified", "expired"}
 )

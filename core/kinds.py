@@ -10,6 +10,7 @@ __all__ = [
     "EVENT_ENTITY_KIND",
     "ID_FIELDS",
     "KIND_ALIASES",
+    "START_STATUSES",
     "START_TYPES",
     "TERMINAL_STATUSES",
 ]
@@ -42,6 +43,7 @@ KIND_ALIASES: Final[dict[str, str]] = {
     "toolCall": "tool",
 }
 
+#: start event type -> the kind of entity it opens.
 START_TYPES: Final[dict[str, str]] = {
     "message.started": "message",
     "reasoning.started": "reasoning",
@@ -49,6 +51,16 @@ START_TYPES: Final[dict[str, str]] = {
     "approval.requested": "approval",
     "task.created": "task",
     "artifact.created": "artifact",
+}
+
+#: kind -> the status an entity has when its start event opens it.
+START_STATUSES: Final[dict[str, str]] = {
+    "message": "streaming",
+    "reasoning": "streaming",
+    "tool": "pending",
+    "approval": "waiting",
+    "task": "pending",
+    "artifact": "streaming",
 }
 
 #: event type -> entity kind, for every entity event (starts and follow-ups).

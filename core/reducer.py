@@ -19,6 +19,7 @@ from core.events import validate_event
 from core.issues import IssueCode, make_issue
 from core.keys import entity_key, event_key
 from core.kinds import ENTITY_MAPS, EVENT_ENTITY_KIND, ID_FIELDS, START_TYPES, TERMINAL_STATUSES
+from core.runs import RUN_TERMINAL_TYPES
 from core.state import AgentState, create_agent_state
 from core.transitions import follow_up, start_entity
 
@@ -120,7 +121,7 @@ def reduce_agent_state(state: AgentState, event: Mapping[str, Any]) -> AgentStat
         run["updatedAt"] = timestamp
         return _accept(state, event, {"runs": {**state["runs"], run_id: run}})
 
-    if etype in ("run.completed", "run.failed", "run.cancelled"):
+    if etype in RUN_TERMINAL_TYPES:
         problem = _require_run(state, event)
         if problem is not None:
             return problem

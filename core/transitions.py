@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.kinds import START_STATUSES
+
 __all__ = ["append_content", "follow_up", "start_entity"]
 
 _MISSING: Any = object()
@@ -55,12 +57,12 @@ def start_entity(kind: str, entity_id: str, event: Mapping[str, Any]) -> dict[st
         record["role"] = p["role"]
         content = p.get("content")
         record["content"] = "" if content is None else content
-        return _stamp(record, "streaming", event)
+        return _stamp(record, START_STATUSES[kind], event)
     if kind == "reasoning":
         record["content"] = ""
         redacted = p.get("redacted")
         record["redacted"] = False if redacted is None else redacted
-        return _stamp(record, "streaming", event)
+        return _stamp(record, START_STATUSES[kind], event)
     if kind == "tool":
         record["name"] = p["name"]
         args = p.get("arguments")
@@ -69,21 +71,21 @@ def start_entity(kind: str, entity_id: str, event: Mapping[str, Any]) -> dict[st
         attempt = p.get("attempt")
         record["attempt"] = 1 if attempt is None else attempt
         _opt(record, "retryOf", p, "retryOf")
-        return _stamp(record, "pending", event)
+        return _stamp(record, START_STATUSES[kind], event)
     if kind == "approval":
         for key in ("toolCallId", "description", "risk", "data", "editable", "expiresAt"):
             _opt(record, key, p, key)
         _opt(record, "version", p, "version")
-        return _stamp(record, "waiting", event)
+        return _stamp(record, START_STATUSES[kind], event)
     if kind == "task":
         record["title"] = p["title"]
         _opt(record, "description", p, "description")
-        return _stamp(record, "pending", event)
+        return _stamp(record, START_STATUSES[kind], event)
     # artifact
     record["name"] = p["name"]
     _opt(record, "mediaType", p, "mediaType")
     _opt(record, "content", p, "content")
-    return _stamp(record, "streaming", event)
+    return _stamp(record, START_STATUSES[kind], event)
 
 
 def append_content(content: Any, delta: Any) -> Any:

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.factory import EventFactory
+from core.kinds import ID_FIELDS, START_STATUSES, START_TYPES
+from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS
 from providers.closure import Cause, OpenEntity, close_entity, is_waiting
 from providers.contract import AgentEvent, RunOptions
 from providers.errors import ProviderError, to_agent_error
@@ -60,19 +62,7 @@ class _Missing:
 #: Marks "no value" where ``None`` is a legitimate value (a tool result, artifact content).
 MISSING: Any = _Missing()
 
-_START: dict[str, tuple[str, str, str]] = {
-    # type: (kind, id field, initial status)
-    "message.started": ("message", "messageId", "streaming"),
-    "reasoning.started": ("reasoning", "reasoningId", "streaming"),
-    "tool.requested": ("tool", "toolCallId", "pending"),
-    "approval.requested": ("approval", "approvalId", "waiting"),
-    "task.created": ("task", "taskId", "pending"),
-    "artifact.created": ("artifact", "artifactId", "streaming"),
-}
-_ID_FIELD = {kind: field for kind, field, _status in _START.values()}
-_RUN_TERMINALS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 USER_MESSAGE_ID = "user"
-TITLE_CHARS = 80
 
 
 @dataclass(slots=True)
@@ -187,10 +177,10 @@ class RunContext:
     # -- tracking -----------------------------------------------------------------------------
 
     def _track(self, type: str, payload: Mapping[str, Any], meta: Mapping[str, Any] | None) -> None:
-        start = _START.get(type)
-        if start is not None:
-            kind, field, status = start
-            ident = payload[field]
+        kind = START_TYPES.get(type)
+        if kind is not None:
+            status = START_STATUSES[kind]
+            ident = payload[ID_FIELDS[kind]]
             executor = "app" if meta is not None and meta.get("executor") == "app" else "runtime"
             self._open[(kind, ident)] = OpenEntity(kind, ident, status, executor)
             if kind == "tool":
@@ -203,11 +193,11 @@ class RunContext:
                     payload.get("index"),
                 )
             return
-        if type in _RUN_TERMINALS:
+        if type in RUN_TERMINAL_TYPES:
             self.terminal = type
             return
         kind, _, action = type.partition(".")
-        field_name = _ID_FIELD.get(kind)
+        field_name = ID_FIELDS.get(kind)
         if field_name is None:
             return
         ident = payload.get(field_name)
@@ -260,7 +250,7 @@ class RunContext:
         self.input = input
         text = input_text(input)
         if self.options.start_session:
-            title = self.options.session_title or text[:TITLE_CHARS]
+            title = self.options.session_title or text[:TITLE_MAX_CHARS]
             self.emit("session.started", {"title": title} if title else {})
         self.emit("run.started", {"input": dict(input)})
         if not self.options.emit_user_message:
@@ -570,7 +560,7 @@ class RunContext:
         meta: Mapping[str, Any] | None = None,
     ) -> AgentEvent:
         agent_error = dict(error) if isinstance(error, Mapping) else to_agent_error(error)
-        payload = {_ID_FIELD[kind]: ident, "error": agent_error}
+        payload = {ID_FIELDS[kind]: ident, "error": agent_error}
         return self.emit(f"{kind}.failed", payload, meta=meta)
 
     def cancel_entity(
@@ -581,6 +571,6 @@ class RunContext:
         *,
         meta: Mapping[str, Any] | None = None,
     ) -> AgentEvent:
-        payload: dict[str, Any] = {_ID_FIELD[kind]: ident}
+        payload: dict[str, Any] = {ID_FIELDS[kind]: ident}
         _put(payload, "reason", reason)
         return self.emit(f"{kind}.cancelled", payload, meta=meta)

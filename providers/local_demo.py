@@ -18,7 +18,8 @@ keyword         what the run does
                 rejected → the reply says it will not deploy; expired → says it expired
 ``task``        a task with progress 0 → 25 → 50 → 75 → 100, then completed
 ``artifact``    an artifact ``report.md`` with versions 1, 2 and 3, then completed
-``slow``        a long reply (600 words at ≥ 50 ms each, ~30 s): for abort tests
+``slow``        a long reply (2 400 words at ≥ 50 ms each, about 2 minutes): time to
+                watch, resume and abort it by hand
 ``fail``        the upstream fails mid-stream (``run.failed`` ``upstream_error``)
 ``all``         think + search + weather + approve + task + artifact
 ==============  ==========================================================================
@@ -99,7 +100,7 @@ def first_turn(prompt: str, features: set[str]) -> list[Op]:
         ops.append(_op("complete_artifact", "artifact-1", version=3))
     text = f"You said: {prompt.strip() or '(nothing)'}. This is the local demo runtime."
     if "slow" in features:
-        text = " ".join(["Streaming slowly, word by word."] * 120)
+        text = " ".join(["Streaming slowly, word by word."] * 480)
     ops += _message("msg-1", text)
     if "fail" in features:
         ops.append(_op("fail_upstream"))

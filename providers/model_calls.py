@@ -1,13 +1,16 @@
-"""Helpers shared by the model-API providers (OpenAI Chat, Anthropic Messages).
+"""The base and helpers of the model-API providers (OpenAI Chat, OpenAI Responses, Anthropic).
 
-A gateway run may span several model calls (a tool round trip): usage is summed over them,
-and ``run.completed`` carries the normalised usage with the raw upstream usage in ``meta``.
+A gateway run may span several model calls (a tool round trip): each call is one upstream
+request built from ``ctx.history`` (plus the provider transcript), usage is summed over the
+calls, and ``run.completed`` carries the normalised usage with the raw upstream usage in
+``meta``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self, TypedDict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
 import orjson
 
@@ -15,11 +18,13 @@ from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
 from providers.contract import AgentTransport
 from providers.registry import network_transport
+from providers.transports.request import UpstreamRequest
 from providers.transports.sse import SSETransport
 
 __all__ = [
     "ModelApiConfig",
     "ModelApiProvider",
+    "ModelRun",
     "add_usage",
     "content_text",
     "finish_run",
@@ -36,8 +41,28 @@ class ModelApiConfig(TypedDict, total=False):
     max_event_bytes: int | None
 
 
-class ModelApiProvider(ProviderBase):
-    """The configuration every model-API provider takes (endpoint, model, headers, params)."""
+CallT = TypeVar("CallT")
+
+
+@dataclass(slots=True)
+class ModelRun(Generic[CallT]):
+    """One gateway run's model calls: their count, the current one, usage summed over them."""
+
+    call: CallT
+    calls: int = 0
+    usage: dict[str, float | int] | None = None
+    raw_usage: list[Any] = field(default_factory=list)
+
+
+class ModelApiProvider(ProviderBase, Generic[CallT]):
+    """The configuration every model-API provider takes (endpoint, model, headers, params) and
+    the request cycle they share: each request (the first, and each continuation after the app
+    answered) is ``build_body(ctx)`` POSTed to ``url`` and starts a new ``new_call(n)`` state.
+
+    Subclasses set ``scratch_key`` and implement ``new_call`` and ``build_body``."""
+
+    #: where the run's :class:`ModelRun` lives in ``ctx.scratch``
+    scratch_key: ClassVar[str]
 
     def __init__(
         self,
@@ -70,6 +95,64 @@ class ModelApiProvider(ProviderBase):
             transport=network_transport(config),
             max_event_bytes=config.get("max_upstream_event_bytes"),
         )
+
+    # -- one model call per request -------------------------------------------------------------
+
+    def new_call(self, number: int) -> CallT:
+        """The mapping state of model call ``number`` (1-based; 0 before the first request)."""
+        raise NotImplementedError
+
+    def build_body(self, ctx: RunContext) -> dict[str, Any]:
+        """The JSON body of the next request (history so far, this run's user turn, tools)."""
+        raise NotImplementedError
+
+    def model_run(self, ctx: RunContext) -> ModelRun[CallT]:
+        run: ModelRun[CallT] | None = ctx.scratch.get(self.scratch_key)
+        if run is None:
+            run = ctx.scratch[self.scratch_key] = ModelRun(self.new_call(0))
+        return run
+
+    def next_request(self, ctx: RunContext) -> UpstreamRequest:
+        body = self.build_body(ctx)
+        run = self.model_run(ctx)
+        run.calls += 1
+        run.call = self.new_call(run.calls)
+        limit = self.max_event_bytes or ctx.options.max_upstream_event_bytes
+        return UpstreamRequest(self.url, body, self.headers, max_event_bytes=limit)
+
+    async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> UpstreamRequest:
+        return self.next_request(ctx)
+
+    async def prepare_continuation(self, ctx: RunContext) -> UpstreamRequest:
+        return self.next_request(ctx)
+
+    def user_content(self, ctx: RunContext) -> Any:
+        """This run's user turn for the first request, unless the history already ends with it
+        (``None`` on continuations: the history then holds it)."""
+        if self.model_run(ctx).calls:
+            return None
+        history = ctx.history
+        if history and history[-1].get("role") == "user":
+            return None
+        content = ctx.input.get("content")
+        return content if isinstance(content, str | list) else ctx.input.get("prompt")
+
+    def request_params(self, ctx: RunContext) -> dict[str, Any]:
+        """The configured ``params``, overridden by the run input's ``params``."""
+        return {**self.params, **(ctx.input.get("params") or {})}
+
+    def record_usage(
+        self, ctx: RunContext, raw: Mapping[str, Any], normalised: Mapping[str, float | int]
+    ) -> None:
+        """Add one model call's usage to the run's sum (``ctx.usage``); keep the raw usage."""
+        run = self.model_run(ctx)
+        run.raw_usage.append(dict(raw))
+        run.usage = add_usage(run.usage, normalised)
+        ctx.usage = run.usage
+
+    def complete_run(self, ctx: RunContext) -> None:
+        """:func:`finish_run` with the raw usage of every model call of the run."""
+        finish_run(ctx, raw_usage=self.model_run(ctx).raw_usage)
 
 
 def content_text(content: Any) -> str:

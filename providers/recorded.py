@@ -85,13 +85,15 @@ def payload_lines_to_sse(
 
 
 def load_recorded_stream(path: str | Path, dialect: str) -> list[ServerSentEvent]:
-    """Load a recording of ``dialect``: ``openai-chat``, ``anthropic-messages`` or ``ag-ui``."""
+    """Load a recording of ``dialect``: ``openai-chat``, ``openai-responses``,
+    ``anthropic-messages`` or ``ag-ui`` (``event:`` names restored from ``type`` where the live
+    stream has them)."""
     file = Path(path)
     text = file.read_text(encoding="utf-8")
     if file.name.endswith(".chunks.txt") or file.suffix == ".jsonl":
         return payload_lines_to_sse(
             text,
-            event_from_type=dialect == "anthropic-messages",
+            event_from_type=dialect in ("anthropic-messages", "openai-responses"),
             done=dialect == "openai-chat",
         )
     return parse_sse_text(text)

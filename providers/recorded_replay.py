@@ -2,7 +2,8 @@
 
 The recording is loaded by the fixtures README rules (``providers.recorded``) and split into
 upstream turns where it concatenates responses (Anthropic: a ``message_start`` after a
-``message_stop``; AG-UI: a ``RUN_STARTED`` after a run terminal). When the run waits on the app
+``message_stop``; OpenAI Responses: a ``response.created`` after a response terminal; AG-UI: a
+``RUN_STARTED`` after a run terminal). When the run waits on the app
 and another recorded turn follows, the replay answers for the app (each waiting tool gets the
 result ``{"replayed": true}``, each approval is approved) so the next turn plays as the
 continuation; when the recording is exhausted while the run waits, the run is cancelled.
@@ -24,9 +25,11 @@ __all__ = ["DIALECT_OF_KIND", "recorded_turns", "replay_recording"]
 
 DIALECT_OF_KIND = {
     "openai-chat": "openai-chat",
+    "openai-responses": "openai-responses",
     "anthropic-messages": "anthropic-messages",
     "ag-ui": "ag-ui",
 }
+_RESPONSE_TERMINALS = ("response.completed", "response.incomplete", "response.failed")
 REPLAYED_RESULT = {"replayed": True}
 _MAX_COMMANDS = 64
 
@@ -78,6 +81,8 @@ def recorded_turns(path: str | Path, kind: str) -> list[list[Any]]:
             return kind_now == "message_start" and before == "message_stop"
         if dialect == "ag-ui":
             return kind_now == "RUN_STARTED" and before in ("RUN_FINISHED", "RUN_ERROR")
+        if dialect == "openai-responses":
+            return kind_now == "response.created" and before in _RESPONSE_TERMINALS
         return False
 
     return split_turns(chunks, boundary)

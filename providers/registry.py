@@ -36,6 +36,7 @@ BUILTIN_KIND_MODULES: dict[str, str] = {
     "agent-event": "providers.agent_event",
     "ag-ui": "providers.ag_ui",
     "openai-chat": "providers.openai_chat",
+    "openai-responses": "providers.openai_responses",
     "anthropic-messages": "providers.anthropic_messages",
 }
 

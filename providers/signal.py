@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Literal
 
-AbortReason = Literal["aborted", "interrupted", "shutdown"]
+from core.runs import AbortReason
+
+__all__ = ["AbortReason", "AbortSignal"]
 
 
 class AbortSignal:

@@ -71,13 +71,13 @@ def get_gateway(connection: HTTPConnection) -> Gateway:
 
 def principal_of(connection: HTTPConnection) -> str:
     """The principal a request addresses: ``anonymous`` without auth, else the bearer token's
-    principal, or for a service token the principal named by ``X-Act-As`` (app/service_auth.py).
+    principal, or for a service token the principal named by ``X-Act-As`` (app/auth/services.py).
     """
     auth = get_gateway(connection).settings.auth
     if auth.mode == "none":
         return act_as(connection, auth, None, "anonymous")  # X-Act-As: 403 not_a_service
     table: TokenTable | None = getattr(connection.app.state, "token_table", None)
-    if table is None:  # built once per app; lookups are constant-time (app/auth.py)
+    if table is None:  # built once per app; lookups are constant-time (app/auth/tokens.py)
         table = connection.app.state.token_table = TokenTable(auth.tokens)
     token = bearer_token(
         connection.headers.get("authorization", ""), connection.query_params.get("access_token")

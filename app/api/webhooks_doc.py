@@ -1,6 +1,7 @@
 """The completion webhooks in the OpenAPI document (OpenAPI 3.1 ``webhooks``).
 
-Documentation only: what the gateway POSTs to ``[webhooks] url`` (see app/webhooks.py).
+Documentation only: what the gateway POSTs to ``[webhooks] url``; the dispatcher is
+``app/observability/webhooks.py``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header
 from pydantic import BaseModel, Field
+
+from core.runs import RUN_TERMINAL_TYPE_LIST, RunTerminalType
 
 __all__ = ["WebhookPayload", "WebhookRun", "document_webhooks"]
 
@@ -26,7 +29,7 @@ class WebhookRun(BaseModel):
 
 class WebhookPayload(BaseModel):
     id: str = Field(description="Delivery id, the same on every retry (de-duplicate by it)")
-    type: Literal["run.completed", "run.failed", "run.cancelled"]
+    type: RunTerminalType
     timestamp: float = Field(description="When the delivery was prepared (ms since epoch)")
     principal: str = Field(description="Owner of the conversation (for X-Act-As)")
     conversationKey: str
@@ -41,7 +44,7 @@ _SIGNATURE_DOC = (
 
 def document_webhooks(app: FastAPI) -> None:
     """Declare one webhook per event type (2xx acknowledges; others are retried, bounded)."""
-    for event in ("run.completed", "run.failed", "run.cancelled"):
+    for event in RUN_TERMINAL_TYPE_LIST:
 
         async def receiver(
             body: WebhookPayload,

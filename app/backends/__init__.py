@@ -44,7 +44,7 @@ def create_backend(settings: Settings) -> Backend:
             max_conversations=gateway.max_conversations,
             conversation_ttl_seconds=gateway.conversation_ttl_seconds,
         )
-    # The Redis backend lives in its own module (issue 6); it is imported only when chosen.
+    # Imported only when chosen: the memory backend needs no Redis client installed or loaded.
     module = importlib.import_module("app.backends.redis")
     backend: Backend = module.create_redis_backend(settings)
     return backend

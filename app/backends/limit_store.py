@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from app.backends.base import ConversationRef
+from app.backends.types import ConversationRef
 
 __all__ = ["LimitStore", "SubscriberRefusal"]
 

@@ -12,11 +12,11 @@ import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from app.backends.base import (
+from app.backends.base import Backend
+from app.backends.types import (
     EMPTY_CURSOR,
-    Backend,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -26,6 +26,7 @@ from app.backends.base import (
     Snapshot,
 )
 from app.ids import new_token
+from core.runs import AbortReason
 from core.store import AgentStore
 from providers.contract import Command
 
@@ -184,6 +185,15 @@ class MemoryBackend(Backend):
         self._drop(ref)
         return existed
 
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        # Nothing awaits between this count and the create_conversation that follows it.
+        if ref in self._conversations:
+            return True
+        return sum(1 for other in self._conversations if other.principal == ref.principal) < limit
+
+    def limit_store(self) -> None:
+        return None  # one instance: the gateway's in-process counters
+
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         return [
             (ref.key, conv.meta)
@@ -307,7 +317,7 @@ class MemoryBackend(Backend):
         self,
         ref: ConversationRef,
         run_id: str | None,
-        reason: Literal["aborted", "interrupted", "shutdown"] = "aborted",
+        reason: AbortReason = "aborted",
     ) -> str | None:
         control = self._runs.get(ref)
         if control is None or (run_id is not None and control.run_id != run_id):
@@ -316,12 +326,35 @@ class MemoryBackend(Backend):
             return None  # its end is already decided: too late to abort
         return control.run_id
 
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return None  # every abort reaches the run's control, which decides alone
+
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         control = self._runs.get(ref)
         if control is None or control.run_id != run_id:
             return False
         control.deliver(command)
         return True
+
+    # --- the queue of enqueued runs ----------------------------------------------------------
+    # One instance: the RunManager's own per-conversation queue is the whole queue, so the
+    # backend keeps none (every run may claim the slot; nothing is dropped elsewhere).
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+    ) -> bool:
+        return True
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
+
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        return 0
+
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        return False
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

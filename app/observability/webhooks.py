@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from app.backends import Backend, ConversationRef
 from app.config import WebhooksSection
+from core.runs import RUN_TERMINAL_TYPE_LIST
 
 __all__ = [
     "DELIVERY_HEADER",
@@ -45,11 +46,7 @@ SIGNATURE_HEADER = "X-Gateway-Signature"
 DELIVERY_HEADER = "X-Gateway-Delivery"
 EVENT_HEADER = "X-Gateway-Event"
 #: Run status -> webhook event type.
-WEBHOOK_EVENTS = {
-    "completed": "run.completed",
-    "failed": "run.failed",
-    "cancelled": "run.cancelled",
-}
+WEBHOOK_EVENTS = {event.removeprefix("run."): event for event in RUN_TERMINAL_TYPE_LIST}
 _RECORD_FIELDS = ("sessionId", "status", "usage", "error", "reason", "createdAt", "updatedAt")
 
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.backends import Backend, ConversationRef
-from app.backends.base import TERMINAL_TYPES
 from app.config import Settings
 from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.limits import cap_artifact
+from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
 from providers.runner import run_agent_provider
@@ -29,7 +29,6 @@ from providers.signal import AbortSignal
 __all__ = ["START_WAIT_SECONDS", "ActiveRun", "RunRequest", "execute_run", "title_of"]
 
 logger = logging.getLogger("app.runs")
-TITLE_MAX = 80
 #: How long the 202 of a started run waits for its ``run.started`` to be logged (at most).
 START_WAIT_SECONDS = 5.0
 
@@ -83,7 +82,7 @@ class ActiveRun:
         #: How it ends is decided (its terminal is being logged): aborts come too late.
         self.ending = False
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> bool:
+    def abort(self, reason: AbortReason) -> bool:
         """Abort the run; False (and nothing changes) once its end is decided."""
         if self.ending:
             return False
@@ -95,13 +94,13 @@ class ActiveRun:
 
 
 def title_of(input: dict[str, Any]) -> str | None:
-    """The session title: the first prompt's text, cut to 80 characters."""
+    """The session title: the first prompt's text, cut to ``TITLE_MAX_CHARS`` characters."""
     prompt = input.get("prompt")
     if isinstance(prompt, str) and prompt:
-        return prompt[:TITLE_MAX]
+        return prompt[:TITLE_MAX_CHARS]
     content = input.get("content")
     if isinstance(content, str) and content:
-        return content[:TITLE_MAX]
+        return content[:TITLE_MAX_CHARS]
     if isinstance(content, list):
         texts = [
             part.get("text", "")
@@ -109,7 +108,7 @@ def title_of(input: dict[str, Any]) -> str | None:
             if isinstance(part, dict) and part.get("type") == "text"
         ]
         text = " ".join(t for t in texts if isinstance(t, str) and t)
-        return text[:TITLE_MAX] or None
+        return text[:TITLE_MAX_CHARS] or None
     return None
 
 
@@ -206,7 +205,7 @@ async def _execute_run(
     async def on_event(event: AgentEvent) -> None:
         nonlocal terminal_seen
         event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
-        if event["runId"] == active.run_id and event["type"] in TERMINAL_TYPES:
+        if event["runId"] == active.run_id and event["type"] in RUN_TERMINAL_TYPES:
             event = await _decide_end(backend, ref, active, event)
         entry = await backend.append_event(ref, event)
         if tracker is not None:

@@ -1,6 +1,6 @@
 // The demo page: renders the GatewayClient's state. Plain DOM, no framework, nothing fetched
 // but the gateway's own API.
-import { createGatewayClient, entityKey } from "./gateway-client.js";
+import { createGatewayClient, entityKey } from "./client/gateway-client.js";
 
 const $ = (id) => document.getElementById(id);
 const KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
-from app.backends.base import TERMINAL_TYPES
+from core.runs import RUN_TERMINAL_TYPES
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
@@ -174,7 +174,7 @@ async def _batches(
                 if spec.until_run is not None and await _run_ended(gateway, ref, spec.until_run):
                     return  # resumed after its terminal: nothing of it is left to send
                 continue
-        if TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
+        if RUN_TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
             # The common case (no run ends in this batch): no per-entry work in Python.
             pos = entries[-1].cursor
             followed = True

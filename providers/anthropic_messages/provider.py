@@ -13,13 +13,13 @@ from providers.anthropic_messages.usage import normalise_anthropic_usage
 from providers.context import RunContext
 from providers.contract import AgentEvent, Command
 from providers.errors import UpstreamDropped, UpstreamMalformedChunk
-from providers.model_calls import ModelApiConfig, ModelApiProvider, add_usage, finish_run
-from providers.transports.request import UpstreamRequest
+from providers.model_calls import ModelApiConfig, ModelApiProvider
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicMessagesProvider"]
 
 ANTHROPIC_VERSION = "2023-06-01"
-_SCRATCH = "anthropic-messages"
+#: ``ctx.scratch`` key: how many paused turns this run continued
+_PAUSES = "anthropic-messages.pauses"
 #: internal command: resend the paused assistant turn (``stop_reason: pause_turn``)
 CONTINUE_COMMAND = "anthropic.continue"
 MAX_PAUSE_CONTINUATIONS = 8
@@ -45,44 +45,29 @@ def decode_event(chunk: Any) -> Mapping[str, Any]:
     return payload
 
 
-class AnthropicMessagesProvider(ModelApiProvider):
+class AnthropicMessagesProvider(ModelApiProvider[AnthropicCall]):
     """``tool_use`` goes to the app (§9); after ``tool.submit_result`` the next model call
     carries the assistant turn's raw blocks (thinking signatures included, from the transcript)
     and the ``tool_result`` blocks, within the same run."""
+
+    scratch_key = "anthropic-messages"
 
     def __init__(self, id: str = "anthropic-messages", **config: Unpack[ModelApiConfig]) -> None:
         super().__init__(id, **config)
         self.headers = {"anthropic-version": ANTHROPIC_VERSION, **self.headers}
 
+    def new_call(self, number: int) -> AnthropicCall:
+        return AnthropicCall(number)
+
     def build_body(self, ctx: RunContext) -> dict[str, Any]:
-        input = ctx.input
-        history = ctx.history
-        user: Any = None
-        if _state(ctx)["calls"] == 0 and (not history or history[-1].get("role") != "user"):
-            content = input.get("content")
-            user = content if isinstance(content, str | list) else input.get("prompt")
         return build_messages_request(
             model=self.model,
-            history=history,
+            history=ctx.history,
             transcript=ctx.transcript,
-            user_content=user,
-            tools=input.get("tools") or [],
-            params={**self.params, **(input.get("params") or {})},
+            user_content=self.user_content(ctx),
+            tools=ctx.input.get("tools") or [],
+            params=self.request_params(ctx),
         )
-
-    def _request(self, ctx: RunContext) -> UpstreamRequest:
-        body = self.build_body(ctx)
-        state = _state(ctx)
-        state["calls"] += 1
-        state["call"] = AnthropicCall(state["calls"])
-        limit = self.max_event_bytes or ctx.options.max_upstream_event_bytes
-        return UpstreamRequest(self.url, body, self.headers, max_event_bytes=limit)
-
-    async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> UpstreamRequest:
-        return self._request(ctx)
-
-    async def prepare_continuation(self, ctx: RunContext) -> UpstreamRequest:
-        return self._request(ctx)
 
     def apply_command(self, command: Command, ctx: RunContext) -> bool:
         if command.type == CONTINUE_COMMAND:
@@ -90,11 +75,10 @@ class AnthropicMessagesProvider(ModelApiProvider):
         return super().apply_command(command, ctx)
 
     def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
-        handle_event(_state(ctx)["call"], ctx, decode_event(chunk))
+        handle_event(self.model_run(ctx).call, ctx, decode_event(chunk))
 
     def on_upstream_end(self, ctx: RunContext) -> None:
-        state = _state(ctx)
-        call: AnthropicCall = state["call"]
+        call = self.model_run(ctx).call
         if not call.stopped:
             raise UpstreamDropped("The message stream ended without message_stop.")
         close_blocks(call, ctx)
@@ -104,28 +88,19 @@ class AnthropicMessagesProvider(ModelApiProvider):
             output["stopDetails"] = call.stop_details
         ctx.output = output
         if call.usage:
-            state["raw"].append(call.usage)
-            state["usage"] = add_usage(state["usage"], normalise_anthropic_usage(call.usage))
-            ctx.usage = state["usage"]
+            self.record_usage(ctx, call.usage, normalise_anthropic_usage(call.usage))
 
     def flush(self, ctx: RunContext) -> list[AgentEvent]:
         if not ctx.ended:
             self.on_upstream_end(ctx)
-            state = _state(ctx)
-            paused = state["call"].stop_reason == "pause_turn" and not ctx.is_waiting()
-            if paused and state["pauses"] < MAX_PAUSE_CONTINUATIONS:
+            paused = self.model_run(ctx).call.stop_reason == "pause_turn"
+            pauses: int = ctx.scratch.get(_PAUSES, 0)
+            if paused and not ctx.is_waiting() and pauses < MAX_PAUSE_CONTINUATIONS:
                 # a server tool loop was paused: continue it with the assistant turn so far
-                state["pauses"] += 1
+                ctx.scratch[_PAUSES] = pauses + 1
                 ctx.options.commands.put_nowait(Command(CONTINUE_COMMAND, {}))
                 return ctx.take()
             if not ctx.is_waiting():
                 # a server tool whose result is still to come only ends with the run
-                finish_run(ctx, raw_usage=_state(ctx)["raw"])
+                self.complete_run(ctx)
         return ctx.take()
-
-
-def _state(ctx: RunContext) -> dict[str, Any]:
-    state: dict[str, Any] = ctx.scratch.setdefault(
-        _SCRATCH, {"calls": 0, "usage": None, "raw": [], "call": AnthropicCall(0), "pauses": 0}
-    )
-    return state

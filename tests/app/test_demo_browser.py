@@ -1,4 +1,4 @@
-"""The demo page and gateway-client.js in a real browser (Debian's headless Chromium).
+"""The demo page and the browser client (clients/js) in a real browser (Debian's Chromium).
 
 Playwright drives the system Chromium (``executable_path``); Playwright's own browser download
 is not used. Skipped nowhere: ``.ci/run`` installs ``chromium`` when it is missing.
@@ -6,21 +6,17 @@ is not used. Skipped nowhere: ``.ci/run`` installs ``chromium`` when it is missi
 
 from __future__ import annotations
 
-import base64
 import json
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
-from core import create_agent_state, project_messages, reduce_agent_state
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 
-STATIC = Path(__file__).resolve().parents[2] / "app" / "static"
+CLIENT_SRC = Path(__file__).resolve().parents[2] / "clients" / "js" / "src"
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
     "--headless",
@@ -41,165 +37,6 @@ async def browser() -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
-
-
-# -- the JS reducer port agrees with core's reducer --------------------------------------------
-
-_IDS = {
-    "message": ("messageId", ["m1", "m2"]),
-    "reasoning": ("reasoningId", ["r1"]),
-    "tool": ("toolCallId", ["t1", "t2"]),
-    "approval": ("approvalId", ["a1"]),
-    "task": ("taskId", ["k1"]),
-    "artifact": ("artifactId", ["f1"]),
-}
-
-
-def _payload(rng: random.Random, etype: str) -> dict[str, Any]:
-    family, _, action = etype.partition(".")
-    if family == "session":
-        return rng.choice([{}, {"title": "hello"}])
-    if family == "run":
-        return {
-            "started": lambda: rng.choice([{}, {"input": {"prompt": "p"}}]),
-            "completed": lambda: rng.choice(
-                [{}, {"output": {"stopReason": "end"}, "usage": {"inputTokens": 3}}]
-            ),
-            "failed": lambda: {"error": {"code": "upstream_error", "message": "boom"}},
-            "cancelled": lambda: rng.choice([{}, {"reason": "aborted"}]),
-        }[action]()
-    key, ids = _IDS[family]
-    p: dict[str, Any] = {key: rng.choice(ids)}
-    extra: dict[str, dict[str, Any]] = {
-        "message.started": {"role": rng.choice(["user", "assistant"])},
-        "message.delta": {"delta": rng.choice(["ab", "c", [{"type": "text", "text": "x"}], "🙂"])},
-        "message.completed": rng.choice([{}, {"content": "final"}]),
-        "reasoning.started": rng.choice([{}, {"redacted": True}]),
-        "reasoning.delta": {"delta": "think "},
-        "reasoning.completed": rng.choice([{}, {"summary": "s"}, {"content": "c"}]),
-        "tool.requested": {"name": "search", **rng.choice([{}, {"arguments": "{"}])},
-        "tool.arguments_delta": {"delta": '"q":1}'},
-        "tool.completed": rng.choice([{}, {"result": {"ok": True}}]),
-        "approval.requested": rng.choice([{}, {"description": "ok?", "risk": "high"}]),
-        "approval.resolved": {"decision": rng.choice(["approved", "rejected"])},
-        "task.created": {"title": "Index"},
-        "task.updated": rng.choice([{"progress": 0.5}, {"title": "T2"}, {}]),
-        "task.completed": rng.choice([{}, {"result": 1}]),
-        "artifact.created": {"name": "a.md", **rng.choice([{}, {"mediaType": "text/md"}])},
-        "artifact.updated": {"content": "v", **rng.choice([{}, {"version": 2}])},
-        "artifact.completed": rng.choice([{}, {"content": "done"}]),
-    }
-    p.update(extra.get(etype, {}))
-    if action == "failed":
-        p["error"] = {"message": "bad"}
-    if action == "cancelled":
-        p.update(rng.choice([{}, {"reason": "stop"}]))
-    return p
-
-
-_TYPES = [
-    "message.started",
-    "message.delta",
-    "message.completed",
-    "message.failed",
-    "message.cancelled",
-    "reasoning.started",
-    "reasoning.delta",
-    "reasoning.completed",
-    "reasoning.cancelled",
-    "tool.requested",
-    "tool.arguments_delta",
-    "tool.running",
-    "tool.completed",
-    "tool.failed",
-    "approval.requested",
-    "approval.resolved",
-    "task.created",
-    "task.updated",
-    "task.completed",
-    "task.cancelled",
-    "artifact.created",
-    "artifact.updated",
-    "artifact.completed",
-    "artifact.failed",
-]
-
-
-def _random_stream(rng: random.Random) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    seqs: dict[str, int] = {}
-    for _ in range(rng.randint(5, 60)):
-        if events and rng.random() < 0.05:
-            events.append(rng.choice(events))  # a redelivered event
-            continue
-        run = rng.choice(["run_a", "run_b", "run_🙂"])
-        roll = rng.random()
-        if roll < 0.08:
-            etype = "session.started"
-        elif roll < 0.2:
-            etype = "run.started"
-        elif roll < 0.27:
-            etype = rng.choice(["run.completed", "run.failed", "run.cancelled"])
-        else:
-            etype = rng.choice(_TYPES)
-        seq = seqs.get(run, -1) + (1 if rng.random() < 0.9 else rng.randint(-2, 3))
-        seq = max(seq, 0)
-        seqs[run] = max(seqs.get(run, -1), seq)
-        events.append(
-            {
-                "protocolVersion": "0.1",
-                "type": etype,
-                "eventId": f"{run}:{seq}:{etype}:{rng.randint(0, 3)}",
-                "sessionId": rng.choice(["ses_1"] * 9 + ["ses_2"]),
-                "runId": run,
-                "sequence": seq,
-                "timestamp": 1000 + len(events),
-                "payload": _payload(rng, etype),
-            }
-        )
-    return events
-
-
-def _issue_keys(state: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(i["code"], i["eventId"], i["runId"]) for i in state["issues"]]
-
-
-async def test_js_reducer_agrees_with_core(browser: Browser) -> None:
-    rng = random.Random(20260107)
-    streams = [_random_stream(rng) for _ in range(300)]
-    page = await browser.new_page()
-    source = (STATIC / "gateway-client.js").read_bytes()
-    module_url = "data:text/javascript;base64," + base64.b64encode(source).decode()
-    results = await page.evaluate(
-        """async ([url, streams]) => {
-            const m = await import(url);
-            return streams.map((events) => {
-                const state = m.createInitialState();
-                for (const e of events) m.applyEvent(state, e);
-                return JSON.stringify({ state, messages: m.projectMessages(state),
-                                        requesting: m.anyRunRunning(state) });
-            });
-        }""",
-        [module_url, streams],
-    )
-    accepted_total = 0
-    for events, raw in zip(streams, results, strict=True):
-        js = json.loads(raw)
-        state = create_agent_state()
-        for event in events:
-            state = reduce_agent_state(state, event)
-        py = json.loads(json.dumps(state))
-        js_state = js["state"]
-        issues = _issue_keys(py)
-        assert _issue_keys(js_state) == issues, events
-        # issue messages are free text; everything else must be equal
-        js_state.pop("issues")
-        py.pop("issues")
-        assert js_state == py, events
-        assert js["messages"] == json.loads(json.dumps(project_messages(state)))
-        assert js["requesting"] == any(r["status"] == "running" for r in state["runs"].values())
-        accepted_total += len(py["processedEventIds"]) - len(issues)
-    assert accepted_total > 1000  # the streams exercise the accept paths, not only rejections
 
 
 # -- the demo page against a real gateway -------------------------------------------------------
@@ -366,7 +203,8 @@ async def test_demo_page_end_to_end(browser: Browser, start_gateway: StartGatewa
     assert {url.split("?")[0].removeprefix(gw.url) for url in requested} >= {
         "/",
         "/static/demo.js",
-        "/static/gateway-client.js",
+        "/static/client/gateway-client.js",
+        "/static/client/agent-reducer.js",
         "/static/demo.css",
         "/v1/providers",
     }
@@ -377,10 +215,13 @@ async def test_demo_page_can_be_turned_off(start_gateway: StartGateway) -> None:
     off = await start_gateway(make_settings(gateway={"demo_page": False}))
     async with on.client() as client:
         page = await client.get("/")
-        module = await client.get("/static/gateway-client.js")
+        module = await client.get("/static/client/gateway-client.js")
+        reducer = await client.get("/static/client/agent-reducer.js")
     assert page.status_code == 200 and 'id="timeline"' in page.text
     assert module.status_code == 200
-    assert "javascript" in module.headers["content-type"]  # servable as an ES module
+    for served, name in ((module, "gateway-client.js"), (reducer, "agent-reducer.js")):
+        assert "javascript" in served.headers["content-type"]  # servable as an ES module
+        assert served.content == (CLIENT_SRC / name).read_bytes()  # the package's own file
     async with off.client() as client:
         assert (await client.get("/")).status_code == 404
-        assert (await client.get("/static/gateway-client.js")).status_code == 404
+        assert (await client.get("/static/client/gateway-client.js")).status_code == 404

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.observability.metrics import OTHER, GatewayMetrics, LabelGuard
+from app.backends import ConversationMeta, ConversationRef, MemoryBackend, ReadResult
+from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from tests.app.conftest import StartGateway
 from tests.app.gateway_server import make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
@@ -213,38 +214,56 @@ def test_abort_signal_callback_feeds_abort_latency() -> None:
     )
 
 
-class _FakeBackend:
+class _DownOnRead(MemoryBackend):
+    """A memory backend whose reads fail as Redis does when it is down."""
+
     def __init__(self) -> None:
-        self.calls: list[str] = []
+        super().__init__()
+        self.woken = 0
 
-    async def append_event(self, ref: str, event: dict[str, Any]) -> str:
-        self.calls.append("append_event")
-        return "cursor-1"
-
-    async def read(self, ref: str) -> list[str]:
+    async def read(
+        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+    ) -> ReadResult:
         raise ConnectionError("redis down")
 
-    def wake_readers(self) -> str:
-        return "sync"
+    def wake_readers(self) -> None:
+        self.woken += 1
 
 
 async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
-    from app.observability.metrics import InstrumentedBackend
-
     m = GatewayMetrics()
-    inner = _FakeBackend()
+    inner = _DownOnRead()
     backend = InstrumentedBackend(inner, m, "memory")
-    assert await backend.append_event("c", {}) == "cursor-1"
-    assert backend.wake_readers() == "sync"
+    ref = ConversationRef("p", "c")
+    now = 1.0
+    assert await backend.create_conversation(ref, ConversationMeta("s", now, now))
+    entry = await backend.append_event(
+        ref, {"type": "run.started", "runId": "r1", "sessionId": "s"}
+    )
+    assert entry.event_type == "run.started"
+    assert (await inner.snapshot(ref)) is not None
+    backend.wake_readers()
+    assert inner.woken == 1
     with pytest.raises(ConnectionError):
-        await backend.read("c")
-    assert inner.calls == ["append_event"]
+        await backend.read(ref, "0", limit=10, wait=0)
     assert (
         sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="append_event")
         == 1
     )
+    assert (
+        sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="append_event") == 0
+    )
     assert sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="read") == 1
     assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="read") is None
+
+
+async def test_instrumented_backend_names_the_backend_from_its_class() -> None:
+    m = GatewayMetrics()
+    inner = MemoryBackend()
+    backend = InstrumentedBackend(inner, m)
+    assert await backend.ping()
+    assert backend.inner is inner
+    assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="ping") == 1
 
 
 # -- /metrics of a real gateway --------------------------------------------------------------

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app.backends.redis.claims import LeaseKeeper, Token
+from app.backends.redis.claims import Token
 from app.backends.redis.eventlog import KIND_EVENT, Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.lease import LeaseKeeper
 
 KEYS = ConversationKeys("t", "c1")
 

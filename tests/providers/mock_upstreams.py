@@ -1,6 +1,7 @@
-"""Loopback mock upstreams speaking the real wire formats (OpenAI Chat, Anthropic Messages,
-AG-UI over SSE), served by uvicorn on a free port. Each mock records the JSON request bodies
-it received and answers with the next scripted response (a list of SSE frames)."""
+"""Loopback mock upstreams speaking the real wire formats (OpenAI Chat, OpenAI Responses,
+Anthropic Messages, AG-UI over SSE), served by uvicorn on a free port. Each mock records the JSON
+request bodies it received and answers with the next scripted response: a list of SSE frames
+(where ``DROP`` cuts the connection and ``STALL`` goes silent), or an ``HttpStatus``."""
 
 from __future__ import annotations
 
@@ -22,10 +23,23 @@ from tests.loopback_asgi import serve_asgi
 Frames = list[str]
 Responder = Callable[[dict[str, Any]], Frames]
 
+#: a frame that cuts the connection (no chunked terminator)
+DROP = "\x00drop"
+#: a frame after which the upstream sends nothing more, connection open
+STALL = "\x00stall"
+
+
+@dataclass(frozen=True)
+class HttpStatus:
+    """A scripted answer before any stream: this status and a JSON error body."""
+
+    code: int
+    body: dict[str, Any]
+
 
 @dataclass
 class MockUpstream:
-    responses: list[Frames | Responder]
+    responses: list[Frames | Responder | HttpStatus]
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
@@ -33,6 +47,7 @@ class MockUpstream:
     delay: float = 0.0
     #: responses whose stream was closed by the client before its last frame
     disconnects: int = 0
+    disconnected: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
@@ -41,25 +56,32 @@ class MockUpstream:
         if not self.responses:
             return JSONResponse({"error": {"message": "no scripted response left"}}, 500)
         script = self.responses.pop(0)
+        if isinstance(script, HttpStatus):
+            return JSONResponse(script.body, script.code)
         frames = script(body) if callable(script) else script
 
         async def stream() -> AsyncIterator[bytes]:
             sent = 0
             try:
                 for frame in frames:
+                    if frame == DROP:
+                        raise RuntimeError("drop the connection")
+                    if frame == STALL:
+                        await asyncio.sleep(3600)
                     yield frame.encode()
                     sent += 1
                     await asyncio.sleep(self.delay)
             finally:
-                if sent < len(frames):
+                if sent < len(frames) and DROP not in frames:
                     self.disconnects += 1
+                    self.disconnected.set()
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
 @asynccontextmanager
 async def serve_mock(
-    responses: Sequence[Frames | Responder], *, delay: float = 0.0
+    responses: Sequence[Frames | Responder | HttpStatus], *, delay: float = 0.0
 ) -> AsyncIterator[MockUpstream]:
     mock = MockUpstream(list(responses), delay=delay)
     app = Starlette(routes=[Route("/{path:path}", mock.handle, methods=["POST"])])
@@ -264,3 +286,179 @@ def agui_run(
     finished["outcome"] = outcome or {"type": "success"}
     events.append(finished)
     return agui_frames(events)
+
+
+# ---------------------------------------------------------------- OpenAI Responses
+
+
+def responses_event(name: str, **payload: Any) -> str:
+    """One Responses API event as sent: ``event:`` and its JSON with the same ``type``."""
+    return f"event: {name}\ndata: {orjson.dumps({'type': name, **payload}).decode()}\n\n"
+
+
+def responses_frames(
+    *,
+    text: str = "",
+    reasoning: str = "",
+    encrypted: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    status: str = "completed",
+    incomplete_reason: str = "max_output_tokens",
+    usage: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    done: bool = False,
+) -> Frames:
+    """A streamed response as OpenAI sends it (``event:`` + ``data:``, ``sequence_number``):
+    a reasoning item (summary deltas, ``encrypted_content`` at item done), a message item,
+    function call items (``name``/``call_id`` only at item added, arguments in two deltas, no
+    ``name`` at arguments done), then ``response.completed`` / ``.incomplete``, or an ``error``
+    event then ``response.failed``; ``[DONE]`` after it when ``done``."""
+    seq = itertools.count()
+    rid = f"resp_{next(_ids)}"
+    frames: Frames = []
+
+    def emit(name: str, **payload: Any) -> None:
+        frames.append(responses_event(name, sequence_number=next(seq), **payload))
+
+    def response(state: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "response",
+            "model": "gpt-mock",
+            "status": state,
+            "output": [],
+            "usage": None,
+            **extra,
+        }
+
+    emit("response.created", response=response("in_progress"))
+    emit("response.in_progress", response=response("in_progress"))
+    index = 0
+    if reasoning:
+        item_id = f"rs_{rid}"
+        emit(
+            "response.output_item.added",
+            output_index=index,
+            item={"id": item_id, "type": "reasoning", "summary": []},
+        )
+        part = {"type": "summary_text", "text": ""}
+        emit(
+            "response.reasoning_summary_part.added",
+            item_id=item_id,
+            output_index=index,
+            summary_index=0,
+            part=part,
+        )
+        for piece in _pieces(reasoning):
+            emit(
+                "response.reasoning_summary_text.delta",
+                item_id=item_id,
+                output_index=index,
+                summary_index=0,
+                delta=piece,
+            )
+        emit(
+            "response.reasoning_summary_text.done",
+            item_id=item_id,
+            output_index=index,
+            summary_index=0,
+            text=reasoning,
+        )
+        item = {
+            "id": item_id,
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": reasoning}],
+        }
+        if encrypted:
+            item["encrypted_content"] = encrypted
+        emit("response.output_item.done", output_index=index, item=item)
+        index += 1
+    if text:
+        item_id = f"msg_{rid}"
+        added = {
+            "id": item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        emit("response.output_item.added", output_index=index, item=added)
+        part = {"type": "output_text", "text": "", "annotations": []}
+        emit(
+            "response.content_part.added",
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            part=part,
+        )
+        for piece in _pieces(text):
+            emit(
+                "response.output_text.delta",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                delta=piece,
+                logprobs=[],
+            )
+        emit(
+            "response.output_text.done",
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
+        final = {**added, "status": "completed", "content": [{**part, "text": text}]}
+        emit("response.output_item.done", output_index=index, item=final)
+        index += 1
+    for call_id, name, arguments in tool_calls:
+        item_id = f"fc_{call_id}"
+        added = {
+            "id": item_id,
+            "type": "function_call",
+            "status": "in_progress",
+            "call_id": call_id,
+            "name": name,
+            "arguments": "",
+        }
+        emit("response.output_item.added", output_index=index, item=added)
+        for piece in _pieces(arguments):
+            emit(
+                "response.function_call_arguments.delta",
+                item_id=item_id,
+                output_index=index,
+                delta=piece,
+            )
+        emit(
+            "response.function_call_arguments.done",
+            item_id=item_id,
+            output_index=index,
+            arguments=arguments,
+        )
+        emit(
+            "response.output_item.done",
+            output_index=index,
+            item={**added, "status": "completed", "arguments": arguments},
+        )
+        index += 1
+    usage = usage or {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 2},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 3 if reasoning else 0},
+        "total_tokens": 15,
+    }
+    if error is not None:
+        emit("error", error=error)
+        emit("response.failed", response=response("failed", error=error))
+    elif status == "incomplete":
+        details = {"reason": incomplete_reason}
+        emit(
+            "response.incomplete",
+            response=response("incomplete", incomplete_details=details, usage=usage),
+        )
+    else:
+        emit("response.completed", response=response("completed", usage=usage))
+    if done:
+        frames.append("data: [DONE]\n\n")
+    return frames

@@ -33,7 +33,7 @@ import orjson
 import pytest
 
 from providers.ag_ui import AguiNormalizer, AguiProvider, decode_agui_chunk, parse_agui_event
-from providers.contract import AgentEvent, Command
+from providers.contract import AgentEvent
 from providers.errors import UpstreamProtocolError
 from providers.history import replay_events
 from providers.recorded import load_jsonl_objects, parse_sse_text
@@ -41,33 +41,24 @@ from providers.testing import make_options, run_collect
 from providers.transports import IterableTransport
 from providers.validator import validate_agent_provider_events
 from tests.providers.mock_upstreams import serve_mock
+from tests.providers.replay_cases import (
+    DART,
+    DOTNET,
+    DOTNET_EVENT_BY_EVENT,
+    DOTNET_WRAPPED,
+    RUN_FINISHED,
+    RUN_STARTED,
+    SDKS,
+    VALID,
+    VALIDATE,
+    rule_dirs,
+)
 from tests.providers.replay_helpers import (
-    FIXTURES,
     assistant_texts,
     reasoning_texts,
-    submit_next_tool,
     terminal,
     tool_calls,
 )
-
-AGUI = FIXTURES / "ag-ui"
-VALIDATE = AGUI / "ag-ui-validate"
-SDKS = AGUI / "ag-ui" / "sdks"
-DART = SDKS / "community" / "dart" / "test" / "fixtures"
-DOTNET = SDKS / "dotnet" / "tests" / "AGUI.Abstractions.UnitTests" / "Compatibility" / "Fixtures"
-
-RUN_STARTED = {"type": "RUN_STARTED", "threadId": "thread_x", "runId": "run_x"}
-RUN_FINISHED = {"type": "RUN_FINISHED", "threadId": "thread_x", "runId": "run_x"}
-
-
-def closing_turn(text: str = "Done.") -> list[dict[str, Any]]:
-    return [
-        RUN_STARTED,
-        {"type": "TEXT_MESSAGE_START", "messageId": "msg_done", "role": "assistant"},
-        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "msg_done", "delta": text},
-        {"type": "TEXT_MESSAGE_END", "messageId": "msg_done"},
-        RUN_FINISHED,
-    ]
 
 
 def split_runs(events: list[Any]) -> list[list[Any]]:
@@ -110,41 +101,6 @@ def failure(events: list[AgentEvent]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- ag-ui-validate/valid
-
-
-def approve(approval_id: str) -> Command:
-    return Command("approval.resolve", {"approvalId": approval_id, "decision": "approved"})
-
-
-HAIKU = {"name": "generate_haiku", "description": "Show a haiku", "parameters": {}}
-
-VALID: dict[str, dict[str, Any]] = {
-    "agentic-chat.jsonl": {
-        "texts": ["Hello! How can I help you today?", "Chunked messages work too."],
-        "reasoning": ["The user greeted me; respond warmly."],
-    },
-    "agentic-generative-ui.jsonl": {"tasks": ["plan", "execute"], "state": {"steps": 2}},
-    "backend-tool-rendering.jsonl": {"tools": [("get_weather", {"city": "Berlin"}, "completed")]},
-    "human-in-the-loop.jsonl": {
-        "tools": [("confirm_action", {"action": "delete", "count": 3}, "completed")],
-        "texts": ["I need your approval to delete 3 files.", "Done — 3 files deleted."],
-        "commands": [approve("int_001")],
-    },
-    "predictive-state-updates.jsonl": {
-        "tools": [("write_document", {"document": "Hello world."}, "failed")],
-        "state": {"document": "Hello world."},
-    },
-    "shared-state.jsonl": {
-        "state": {"recipe": {"title": "Garlic Pasta", "ingredients": ["tomato", "garlic"]}}
-    },
-    "tool-based-generative-ui.jsonl": {
-        "tools": [("generate_haiku", {"topic": "conformance"}, "completed")],
-        "input_tools": [HAIKU],
-        "commands": [submit_next_tool({"shown": True})],
-        "extra_turns": [closing_turn()],
-        "texts": ["Done."],
-    },
-}
 
 
 @pytest.mark.parametrize("name", sorted(VALID))
@@ -226,10 +182,6 @@ async def test_custom_and_raw_are_kept_as_extension() -> None:
 # ---------------------------------------------------------------- ag-ui-validate/invalid
 
 
-def _rule_dirs() -> list[Path]:
-    return sorted(p for p in (VALIDATE / "invalid").iterdir() if p.is_dir())
-
-
 def _stream_lines(case: Path) -> list[str]:
     # one raw payload per line (AGUI502's line is not JSON: keep it as the data string)
     return [line for line in (case / "stream.jsonl").read_text().splitlines() if line.strip()]
@@ -248,7 +200,7 @@ async def _scenario_over_sse(case: Path) -> list[AgentEvent]:
     return events
 
 
-@pytest.mark.parametrize("case", _rule_dirs(), ids=lambda p: p.name)
+@pytest.mark.parametrize("case", rule_dirs(), ids=lambda p: p.name)
 async def test_invalid_streams(case: Path) -> None:
     rule = case.name.split("-")[0]
     expected = json.loads((case / "expected.json").read_text())
@@ -361,15 +313,6 @@ async def test_dart_event_sequences(name: str) -> None:
 
 # ---------------------------------------------------------------- .NET per-category fixtures
 
-DOTNET_WRAPPED = ("activity-events.json", "custom-and-raw-events.json")
-DOTNET_EVENT_BY_EVENT = (
-    "forward-compatibility.json",
-    "message-events.json",
-    "run-events.json",
-    "state-events.json",
-    "tool-call-events.json",
-)
-
 
 @pytest.mark.parametrize("name", DOTNET_WRAPPED)
 async def test_dotnet_fragments_wrapped(name: str) -> None:
@@ -401,23 +344,6 @@ def test_null_omission_cases_parse_to_expected() -> None:
     for case in cases:
         event = parse_agui_event(case["input"])
         assert event.model_dump(mode="json", by_alias=True) == case["expected"], case["name"]
-
-
-# ---------------------------------------------------------------- coverage hook
-
-
-def replayed_files() -> list[Path]:
-    files = [VALIDATE / "valid" / name for name in VALID]
-    files.append(VALIDATE / "valid" / "predictive-state-updates.expected.json")
-    for case in _rule_dirs():
-        files.extend(case.iterdir())
-    files += [
-        DART / "sse_streams.txt",
-        DART / "events.json",
-        SDKS / "fixtures" / "null-omission.json",
-    ]
-    files += [DOTNET / name for name in DOTNET_WRAPPED + DOTNET_EVENT_BY_EVENT]
-    return files
 
 
 def test_predictive_state_expected_diagnostic_is_info_only() -> None:

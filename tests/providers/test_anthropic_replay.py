@@ -15,8 +15,9 @@ from providers.anthropic_messages import AnthropicMessagesProvider
 from providers.recorded import load_recorded_stream, split_turns
 from providers.testing import assert_provider_contract, make_options
 from tests.providers.mock_upstreams import anthropic_frames
+from tests.providers.replay_cases import ANTHROPIC
+from tests.providers.replay_cases import ANTHROPIC_CASES as CASES
 from tests.providers.replay_helpers import (
-    FIXTURES,
     assistant_texts,
     frames_to_chunks,
     reasoning_texts,
@@ -25,85 +26,7 @@ from tests.providers.replay_helpers import (
     tool_calls,
 )
 
-DIR = FIXTURES / "anthropic"
-NOTE = "d10aa585-982b-4bd9-984e-420f9b3717f7"
-
-#: file -> (first text prefix, [(name, arguments, status)], reasoning prefixes, stopReason)
-CASES: dict[str, tuple[str | None, list[tuple[str, Any, str]], list[str], str]] = {
-    "basic_response.txt": ("Hello there!", [], [], "end_turn"),
-    "tool_use_response.txt": (
-        "I'll check the current weather in Paris",
-        [("get_weather", {"location": "Paris"}, "completed")],
-        [],
-        "end_turn",
-    ),
-    "incomplete_partial_json_response.txt": (
-        "I'll create a comprehensive tax guide",
-        [("make_file", None, "failed")],
-        [],
-        "max_tokens",
-    ),
-    "refusal_response.txt": ("", [], [], "refusal"),
-    "stream-a-refusal.sse": ("Hi", [], ["Simple educational question"], "refusal"),
-    "anthropic-text.chunks.txt": ("Hello! I'm doing well", [], [], "end_turn"),
-    "anthropic-json-tool.2.chunks.txt": (
-        "I'll invoke the JSON response tool.",
-        [("json", None, "completed")],
-        [],
-        "end_turn",
-    ),
-    "anthropic-tool-no-args.chunks.txt": (
-        "I'll update the issue list for you.",
-        [("updateIssueList", {}, "completed")],
-        [],
-        "end_turn",
-    ),
-    "anthropic-clear-thinking.1.chunks.txt": (
-        "925 ÷ 5 = 185",
-        [],
-        ["The previous result was 925."],
-        "end_turn",
-    ),
-    "anthropic-combined-context-editing.1.chunks.txt": (
-        "# 25 × 37",
-        [],
-        ["I need to calculate 25 * 37"],
-        "end_turn",
-    ),
-    "anthropic-tool-search-deferred-bm25.chunks.txt": (
-        "I'll help you with this task.",
-        [
-            ("readNoteTree", {"noteId": NOTE}, "completed"),
-            (
-                "tool_search_tool_bm25",
-                {"query": "add bullet point insert text editor", "limit": 5},
-                "completed",
-            ),
-            ("executeEditorOperation", None, "completed"),
-        ],
-        [],
-        "end_turn",
-    ),
-    "anthropic-web-search-tool.1.chunks.txt": (
-        "Based on my search results",
-        [("web_search", {"query": "tech news today September 26 2025"}, "completed")],
-        [],
-        "end_turn",
-    ),
-    "anthropic-message-delta-input-tokens.chunks.txt": ("pong", [], [], "end_turn"),
-    "anthropic-refusal.chunks.txt": (None, [], [], "refusal"),
-    "duplicate-message-start.chunks.txt": ("Hello, World!", [], [], "end_turn"),
-    "spliced-message-start.chunks.txt": (
-        None,
-        [("test-tool", None, "failed"), ("test-tool", {"value": "Sparkle Day"}, "completed")],
-        ["I will call the tool.", "Let me call the tool."],
-        "end_turn",
-    ),
-}
-
-
-def replayed_files() -> list[str]:
-    return sorted(CASES)
+DIR = ANTHROPIC
 
 
 def turns_of(name: str) -> list[list[Any]]:
@@ -123,7 +46,7 @@ async def replay(name: str) -> list[dict[str, Any]]:
     )
 
 
-@pytest.mark.parametrize("name", replayed_files())
+@pytest.mark.parametrize("name", sorted(CASES))
 async def test_replay(name: str) -> None:
     text, tools, reasoning, stop = CASES[name]
     events = await replay(name)

@@ -1,17 +1,17 @@
 """Every recorded file of a dialect that has a provider is replayed by some test.
 
-The replay modules each expose ``replayed_files()``; a fixture file of ``openai-chat/``,
-``anthropic/`` or ``ag-ui/`` missing from their union fails this test (documentation files
-``*.md`` aside). ``openai-responses/`` has no provider yet and is outside the rule."""
+``tests.providers.replay_cases`` lists what the replay tests replay; a fixture file of
+``openai-chat/``, ``openai-responses/``, ``anthropic/`` or ``ag-ui/`` missing from it fails this
+test (documentation files ``*.md`` aside)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.providers import test_ag_ui_replay, test_anthropic_replay, test_openai_chat_replay
+from tests.providers.replay_cases import replayed_files
 from tests.providers.replay_helpers import FIXTURES
 
-DIALECTS = ("openai-chat", "anthropic", "ag-ui")
+DIALECTS = ("openai-chat", "openai-responses", "anthropic", "ag-ui")
 
 
 def recorded_files() -> set[Path]:
@@ -21,25 +21,20 @@ def recorded_files() -> set[Path]:
     return files
 
 
-def replayed() -> set[Path]:
-    out = {FIXTURES / "openai-chat" / n for n in test_openai_chat_replay.replayed_files()}
-    out |= {FIXTURES / "anthropic" / n for n in test_anthropic_replay.replayed_files()}
-    out |= set(test_ag_ui_replay.replayed_files())
-    return {p.resolve() for p in out}
-
-
 def test_fixtures_are_there() -> None:
     files = recorded_files()
     assert len([f for f in files if "openai-chat" in f.parts]) == 16
+    assert len([f for f in files if "openai-responses" in f.parts]) == 8
     assert len([f for f in files if "anthropic" in f.parts]) == 16
 
 
 def test_every_recorded_file_is_replayed() -> None:
+    replayed = replayed_files()
     missing = sorted(
-        str(p.relative_to(FIXTURES)) for p in recorded_files() if p.resolve() not in replayed()
+        str(p.relative_to(FIXTURES)) for p in recorded_files() if p.resolve() not in replayed
     )
     assert missing == []
 
 
 def test_replayed_files_exist() -> None:
-    assert [p for p in replayed() if not p.is_file()] == []
+    assert [p for p in replayed_files() if not p.is_file()] == []

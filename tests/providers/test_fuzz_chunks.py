@@ -50,6 +50,13 @@ RECORDINGS: dict[str, list[str]] = {
         "openai-chat/mistral-reasoning.chunks.txt",
         "openai-chat/groq-tool-call.chunks.txt",
     ],
+    "openai-responses": [
+        "openai-responses/openai-reasoning-encrypted-content.1.chunks.txt",
+        "openai-responses/github-copilot-id-rotation.1.chunks.txt",
+        "openai-responses/openai-phase.1.chunks.txt",
+        "openai-responses/openai-node-ResponseStream.reasoning.sse",
+        "openai-responses/openai-error.1.chunks.txt",
+    ],
     "anthropic-messages": [
         "anthropic/anthropic-text.chunks.txt",
         "anthropic/tool_use_response.txt",
@@ -198,7 +205,17 @@ random_chunks = st.lists(
     st.one_of(
         st.builds(
             lambda event, data: ServerSentEvent(event=event, data=data),
-            st.sampled_from(["message", "error", "ping", "message_start", "content_block_delta"]),
+            st.sampled_from(
+                [
+                    "message",
+                    "error",
+                    "ping",
+                    "message_start",
+                    "content_block_delta",
+                    "response.output_item.added",
+                    "response.output_text.delta",
+                ]
+            ),
             st.text(max_size=40),
         ),
         st.builds(lambda v: ServerSentEvent(data=json.dumps(v)), json_values),
@@ -238,7 +255,7 @@ def _check_run(kind: str, events: list[AgentEvent]) -> None:
     assert issues == [], issues
 
 
-KINDS = ["openai-chat", "anthropic-messages", "ag-ui", "agent-event"]
+KINDS = ["openai-chat", "openai-responses", "anthropic-messages", "ag-ui", "agent-event"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -14,8 +14,9 @@ from providers.openai_chat import OpenAIChatProvider
 from providers.recorded import load_recorded_stream
 from providers.testing import assert_provider_contract, make_options
 from tests.providers.mock_upstreams import openai_frames
+from tests.providers.replay_cases import OPENAI_CHAT
+from tests.providers.replay_cases import OPENAI_CHAT_CASES as CASES
 from tests.providers.replay_helpers import (
-    FIXTURES,
     assistant_texts,
     frames_to_chunks,
     reasoning_texts,
@@ -24,90 +25,7 @@ from tests.providers.replay_helpers import (
     tool_calls,
 )
 
-DIR = FIXTURES / "openai-chat"
-WEATHER_EDINBURGH = {"city": "Edinburgh", "country": "UK", "units": "c"}
-
-#: file -> (first assistant text prefix, [(tool name, arguments)], reasoning prefix, stopReason)
-CASES: dict[str, tuple[str | None, list[tuple[str, Any]], str | None, str]] = {
-    "e2aad469b71d1d4894ff833ea147020a9d875eb7ce644a0ff355581690a4cbfd.bin": (
-        "I'm unable to provide real-time weather updates",
-        [],
-        None,
-        "stop",
-    ),
-    "f82268f2fefd5cfbc7eeb59c297688be2f6ca0849a6e4f17851b517310841d9b.bin": (
-        None,
-        [
-            ("GetWeatherArgs", {"city": "Edinburgh", "country": "GB", "units": "c"}),
-            ("get_stock_price", {"ticker": "AAPL", "exchange": "NASDAQ"}),
-        ],
-        None,
-        "stop",
-    ),
-    "c6aa7e397b7123c3501f25df3a05d4daf7e8ad6d61ffa406ab5361fe36a8d5b1.bin": (
-        None,
-        [("GetWeatherArgs", WEATHER_EDINBURGH)],
-        None,
-        "stop",
-    ),
-    "a491adda08c3d4fde95f5b2ee3f60f7f745f1a56d82e62f58031cc2add502380.bin": (
-        '{"city":"San Francisco","temperature":65',
-        [],
-        None,
-        "stop",
-    ),
-    "4cc50a6135d254573a502310e6af1246f55edb6ad95fa24059f160996b68866d.bin": (
-        '{"',
-        [],
-        None,
-        "length",
-    ),
-    "173417d553406f034f643e5db3f8d591fb691ebac56f5ae39a22cc7d455c5353.bin": (
-        "I'm sorry, I can't assist with that request.",
-        [],
-        None,
-        "stop",
-    ),
-    "openai-text.chunks.txt": ("**Holiday Name:** Harmony Day", [], None, "stop"),
-    "azure-model-router.1.chunks.txt": ("Capital of Denmark.", [], None, "stop"),
-    "anthropic-fallback-tool-call.sse": (
-        "Reading it.",
-        [("read_file", {"path": "a.txt"})],
-        None,
-        "stop",
-    ),
-    "deepseek-reasoning.chunks.txt": (
-        'The word "strawberry" contains three "r"s.',
-        [],
-        "We need to count the number of",
-        "stop",
-    ),
-    "deepseek-tool-call.chunks.txt": (
-        None,
-        [("weather", {"location": "San Francisco"})],
-        "The user is asking for the wea",
-        "stop",
-    ),
-    "xai-tool-call.chunks.txt": (
-        None,
-        [("weather", {"location": "San Francisco"})],
-        "First, the user is",
-        "stop",
-    ),
-    "groq-reasoning.chunks.txt": ('The word **"strawberry"**', [], "Okay, let me try", "stop"),
-    "groq-tool-call.chunks.txt": (None, [("weather", {})], None, "stop"),
-    "mistral-incremental-tool-call.chunks.txt": (
-        None,
-        [("webSearchTool", {"query": "current Berlin weather"})],
-        None,
-        "stop",
-    ),
-    "mistral-reasoning.chunks.txt": ("2 + 2 = 4", [], "The user is asking for 2+2.", "stop"),
-}
-
-
-def replayed_files() -> list[str]:
-    return sorted(CASES)
+DIR = OPENAI_CHAT
 
 
 async def replay(name: str) -> list[dict[str, Any]]:
@@ -122,7 +40,7 @@ async def replay(name: str) -> list[dict[str, Any]]:
     )
 
 
-@pytest.mark.parametrize("name", replayed_files())
+@pytest.mark.parametrize("name", sorted(CASES))
 async def test_replay(name: str) -> None:
     text, tools, reasoning, stop = CASES[name]
     events = await replay(name)

@@ -13,9 +13,24 @@ from app.api.responses import JSON
 from app.api.schemas import ProvidersAnswer
 from app.observability.metrics import METRICS_CONTENT_TYPE
 
-__all__ = ["STATIC_DIR", "router"]
+__all__ = ["CLIENT_DIR", "STATIC_DIR", "client_dir", "router"]
 
-STATIC_DIR = Path(__file__).resolve().parent.parent.parent / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
+
+
+def client_dir(static_dir: Path) -> Path:
+    """Where the browser client's modules (served under /static/client) are.
+
+    An installed wheel carries them as ``app/static/client`` (setup.py copies clients/js/src
+    there at build time); a source checkout or an editable install serves clients/js/src itself.
+    """
+    packaged = static_dir / "client"
+    if packaged.is_dir():
+        return packaged
+    return static_dir.parents[1] / "clients" / "js" / "src"
+
+
+CLIENT_DIR = client_dir(STATIC_DIR)
 router = APIRouter(tags=["system"])
 
 

@@ -23,11 +23,11 @@ from typing import Final
 
 from redis.asyncio import Redis
 
-from app.backends.base import ConversationRef
 from app.backends.limit_store import SubscriberRefusal
 from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import conversation_tag
 from app.backends.redis.tasks import stop_task
+from app.backends.types import ConversationRef
 from app.ids import new_token
 
 __all__ = ["RedisLimits"]

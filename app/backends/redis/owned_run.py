@@ -8,11 +8,12 @@ import logging
 from dataclasses import dataclass, field
 
 from app.backends.base import RunControl
-from app.backends.redis.claims import LeaseKeeper, Token
+from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import RunFenced
 from app.backends.redis.eventlog import Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.state import ConversationState
 
 __all__ = ["OwnedRun"]

@@ -1,0 +1,183 @@
+"""What one gateway instance holds of the Redis backend, shared by every role implementation.
+
+The client and the script wrappers, the runs this instance owns, its log readers, its queue
+tickets and the state cache. The roles (:mod:`.conversations`, :mod:`.appends`, :mod:`.reads`,
+:mod:`.snapshots`, :mod:`.run_slots`, :mod:`.run_signals`, :mod:`.queued_runs`,
+:mod:`.idempotency`) all act on one :class:`RedisInstance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Coroutine
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.backends.redis.claims import Ownership, Token
+from app.backends.redis.control import Control, ControlBus
+from app.backends.redis.cursors import make_cursor
+from app.backends.redis.errors import RunFenced
+from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog
+from app.backends.redis.fanout import ReaderHub
+from app.backends.redis.keys import ConversationKeys, conversation_tag
+from app.backends.redis.limits import RedisLimits
+from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.queue import RunQueue, TicketKeeper
+from app.backends.redis.reaper import Reaper
+from app.backends.redis.state import StateCache
+from app.backends.types import ConversationRef, LogEntry
+from app.ids import new_token
+
+__all__ = ["RedisInstance", "text"]
+
+
+def text(value: Any) -> str:
+    """A Redis reply value as ``str``."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisInstance:
+    """One instance's Redis client, helpers and local records (owned runs, readers, tickets)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        event_log_max_len: int,
+        snapshot_every: int,
+        lease_ttl_seconds: float,
+        key_prefix: str,
+        instance_id: str | None,
+        poll_interval: float,
+        replica_cache: int,
+        reader_window: int,
+        conversation_ttl_seconds: float | None,
+    ) -> None:
+        self.redis = redis
+        self.prefix = key_prefix
+        self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_token(4)}"
+        self.snapshot_every = snapshot_every
+        self.lease_ttl_ms = max(1, int(lease_ttl_seconds * 1000))
+        self.poll_interval = poll_interval
+        ttl = conversation_ttl_seconds
+        self.ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
+        self.log = EventLog(redis, event_log_max_len)
+        self.ownership = Ownership(redis, self.instance_id, self.lease_ttl_ms)
+        self.control = Control(redis)
+        self.queue = RunQueue(redis, self.instance_id, self.lease_ttl_ms)
+        self.tickets = TicketKeeper(self.queue)
+        #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete).
+        self.dropped: set[tuple[str, str]] = set()
+        #: Runs of this instance waiting for a conversation's slot, by tag (``wait_run_slot``).
+        self.slot_waiters: dict[str, set[asyncio.Event]] = {}
+        #: The ``[limits]`` counters, shared by every instance.
+        self.limits = RedisLimits(redis, self.prefix, self.lease_ttl_ms)
+        self.bus = ControlBus(redis)
+        self.states = StateCache(redis, self.log, replica_cache)
+        #: The runs this instance owns, by conversation tag.
+        self.owned: dict[str, OwnedRun] = {}
+        self.reaper = Reaper(
+            self.ownership, self.log, self.states, key_prefix, lambda tag: tag in self.owned
+        )
+        self.hub = ReaderHub(
+            redis,
+            self.log,
+            window=reader_window,
+            tick=self._tick,
+            tick_seconds=min(1.0, max(0.05, lease_ttl_seconds / 4)),
+        )
+        self._bg: set[asyncio.Task[None]] = set()
+
+    def keys(self, ref: ConversationRef) -> ConversationKeys:
+        return ConversationKeys(self.prefix, conversation_tag(ref.principal, ref.key))
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background (cancelled by :meth:`cancel_background`)."""
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def cancel_background(self) -> None:
+        for task in list(self._bg):
+            task.cancel()
+        for task in list(self._bg):
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def slot_freed(self, keys: ConversationKeys) -> None:
+        """Wake the runs waiting for this conversation's slot, here and on other instances."""
+        for freed in self.slot_waiters.get(keys.tag, ()):
+            freed.set()
+        with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
+            await self.redis.publish(keys.turn, "freed")
+
+    async def touch(self, keys: ConversationKeys) -> None:
+        """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``)."""
+        if self.ttl_ms is None:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in (keys.meta, keys.log, keys.snap, keys.fence):
+                pipe.pexpire(key, self.ttl_ms)
+            await pipe.execute()
+
+    async def touch_quietly(self, keys: ConversationKeys) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self.touch(keys)
+
+    def log_entry(self, inc: str, entry: Entry) -> LogEntry:
+        """The shared LogEntry of a stream entry (its frames are built once per instance)."""
+        cached = entry.cache
+        if isinstance(cached, LogEntry) and cached.cursor.startswith(inc + "."):
+            return cached
+        kind: Literal["event", "extension"] = "event" if entry.kind == KIND_EVENT else "extension"
+        made = LogEntry(
+            make_cursor(inc, entry.id), kind, entry.data, entry.type or None, entry.run_id or None
+        )
+        entry.cache = made
+        return made
+
+    async def holder(self, keys: ConversationKeys) -> Token | None:
+        """The live holder of the run slot; a lost one is reaped first (then None)."""
+        token, alive = await self.ownership.holder(keys)
+        if token is not None and not alive and keys.tag not in self.owned:
+            await self.reaper.reap(keys, token)
+            token, _ = await self.ownership.holder(keys)
+        return token
+
+    async def live_owned(self, keys: ConversationKeys) -> OwnedRun | None:
+        """Our run's record for the conversation (its state rebuilt if an append failed)."""
+        owned = self.owned.get(keys.tag)
+        if owned is None:
+            return None
+        if owned.fenced:
+            raise RunFenced(owned.token.run_id)
+        if owned.dirty:
+            async with self.states.lock(keys.tag):
+                if owned.dirty:
+                    inc = await self.redis.hget(keys.meta, "inc")
+                    owned.state = await self.states.load_private(
+                        keys, text(inc) if inc else owned.state.inc
+                    )
+                    owned.dirty = False
+        return owned
+
+    async def _tick(self, keys: ConversationKeys) -> None:
+        """Every reader tick: notice a re-created conversation and a lost run owner."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.meta, "inc")
+            pipe.get(keys.run)
+            pipe.exists(keys.lease)
+            inc, run, alive = await pipe.execute()
+        reader = self.hub.readers.get(keys.tag)
+        if reader is not None and reader.inc_known:
+            current = None if inc is None else text(inc)
+            if current != reader.inc:
+                reader.inc = current
+                reader.reset()
+        if run is not None and not alive:
+            await self.reaper.reap(keys, Token(text(run)))

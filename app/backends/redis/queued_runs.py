@@ -1,0 +1,59 @@
+"""Enqueued runs on Redis: a cluster-wide FIFO of tickets that orders the run slot's claims.
+
+This instance renews the tickets of its queued runs (:class:`.queue.TicketKeeper`); a ticket
+removed elsewhere (an abort, a delete) is remembered so the run is known as dropped.
+"""
+
+from __future__ import annotations
+
+from app.backends.redis.claims import Token
+from app.backends.redis.errors import unavailable
+from app.backends.redis.instance import RedisInstance, text
+from app.backends.roles import QueuedRuns
+from app.backends.types import ConversationRef
+
+__all__ = ["RedisQueuedRuns"]
+
+
+class RedisQueuedRuns(QueuedRuns):
+    def __init__(self, instance: RedisInstance) -> None:
+        self._i = instance
+
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+    ) -> bool:
+        keys = self._i.keys(ref)
+        with unavailable():
+            queued = await self._i.queue.enqueue(keys, run_id, limit, interrupt)
+        if queued:
+            self._i.tickets.add(keys, run_id)
+        return queued
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        keys = self._i.keys(ref)
+        self._i.tickets.discard(keys, run_id)  # no longer renewed: it lapses if Redis is down
+        with unavailable():
+            dropped = await self._i.queue.drop(keys, run_id)
+        if dropped:  # the run after it may be first now
+            await self._i.slot_freed(keys)
+        return dropped
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        item = (self._i.keys(ref).tag, run_id)
+        if item in self._i.dropped:
+            self._i.dropped.discard(item)
+            return True
+        return False
+
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        with unavailable():
+            return await self._i.queue.count(self._i.keys(ref))
+
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        keys = self._i.keys(ref)
+        with unavailable():
+            async with self._i.redis.pipeline(transaction=False) as pipe:
+                pipe.zscore(keys.queue, run_id)
+                pipe.get(keys.run)
+                score, holder = await pipe.execute()
+        return score is not None or (holder is not None and Token(text(holder)).run_id == run_id)

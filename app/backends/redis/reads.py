@@ -1,0 +1,104 @@
+"""Reads on Redis: from a cursor, through the instance's one log reader per conversation.
+
+A read is served from the reader's window when it can (:mod:`.fanout`), else from the stream;
+a cursor of another incarnation reads as ``unknown``, one behind retention as ``trimmed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from app.backends.redis.cursors import make_cursor, parse_cursor
+from app.backends.redis.errors import unavailable
+from app.backends.redis.eventlog import parse_id
+from app.backends.redis.fanout import LogReader
+from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.keys import ConversationKeys
+from app.backends.roles import EventReader
+from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult
+
+__all__ = ["RedisReads"]
+
+
+class RedisReads(EventReader):
+    def __init__(self, instance: RedisInstance) -> None:
+        self._i = instance
+
+    async def head_cursor(self, ref: ConversationRef) -> str:
+        keys = self._i.keys(ref)
+        with unavailable():
+            async with self._i.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(keys.meta, "inc")
+                pipe.xrevrange(keys.log, count=1)
+                inc, last = await pipe.execute()
+        if inc is None or not last:
+            return EMPTY_CURSOR
+        return make_cursor(text(inc), text(last[0][0]))
+
+    async def read(
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+    ) -> ReadResult:
+        hub = self._i.hub
+        keys = self._i.keys(ref)
+        with unavailable():
+            reader = await hub.acquire(keys)
+            try:
+                signal = reader.signal
+                result = await self._read_once(reader, keys, after, limit)
+                if result.entries or result.status != "ok" or wait <= 0:
+                    return result
+                # One wait, like the memory backend: new entries, a reset (delete) or
+                # wake_readers() (shutdown) end it; the caller loops.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), wait)
+                return await self._read_once(reader, keys, after, limit)
+            finally:
+                hub.release(reader)
+
+    def wake_readers(self) -> None:
+        for reader in list(self._i.hub.readers.values()):
+            reader.wake()
+
+    async def _incarnation(self, reader: LogReader, keys: ConversationKeys) -> str | None:
+        if not reader.inc_known:
+            inc = await self._i.redis.hget(keys.meta, "inc")
+            reader.inc = None if inc is None else text(inc)
+            reader.inc_known = True
+        return reader.inc
+
+    async def _read_once(
+        self, reader: LogReader, keys: ConversationKeys, after: str, limit: int
+    ) -> ReadResult:
+        parsed = parse_cursor(after)
+        if parsed is None:
+            return ReadResult("unknown")
+        want_inc, sid = parsed
+        inc = await self._incarnation(reader, keys)
+        if inc is None:  # not created as far as we know: it may have been since
+            reader.inc_known = False
+            inc = await self._incarnation(reader, keys)
+        if want_inc is not None and want_inc != inc:
+            reader.inc_known = False  # maybe re-created since: look again
+            inc = await self._incarnation(reader, keys)
+            if want_inc != inc:
+                return ReadResult("unknown")
+        if inc is None:
+            return ReadResult("ok" if want_inc is None else "unknown")
+        position = parse_id(sid)
+        if position > parse_id(reader.last_id):
+            if position > parse_id(await self._i.log.last_id(keys)):
+                return ReadResult("unknown")  # not a position of this log
+            return ReadResult("ok")  # the reader will get there
+        window = reader.window_after(position)
+        if window is None:
+            got = await self._i.log.read_after(keys, sid, count=limit)
+            if got is None:
+                return ReadResult("trimmed")
+            window = got
+        return ReadResult("ok", [self._i.log_entry(inc, e) for e in window[:limit]])

@@ -1,0 +1,159 @@
+"""The run slot on Redis: claimed in queue order as a fenced lease, released with a snapshot.
+
+A claim starts the owner's machinery (:class:`.owned_run.OwnedRun`): the lease keeper, the
+fenced writer and the inbox through which aborts and commands from any instance arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import cast
+
+import orjson
+
+from app.backends.redis.claims import Token
+from app.backends.redis.control import OwnerInbox
+from app.backends.redis.errors import unavailable
+from app.backends.redis.eventlog import Fenced, FencedWriter
+from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.lease import LeaseKeeper
+from app.backends.redis.owned_run import OwnedRun
+from app.backends.roles import RunSlots
+from app.backends.types import ConversationRef, RunControl
+from app.ids import new_token
+from core.runs import AbortReason
+from providers.contract import Command
+
+__all__ = ["RedisRunSlots"]
+
+
+class RedisRunSlots(RunSlots):
+    def __init__(self, instance: RedisInstance) -> None:
+        self._i = instance
+
+    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+        i = self._i
+        keys = i.keys(ref)
+        run_id = control.run_id
+        ticketed = i.tickets.has(keys, run_id)
+        with unavailable():
+            # ownership.claim, ordered by the queue: a queued run only when it is first, a
+            # run that was not queued only when nobody waits.
+            claimed_at = time.monotonic()  # the lease is valid for its TTL from (at least) here
+            claim = await i.queue.claim(keys, run_id, ticketed)
+            if claim.status == "lost":
+                await i.reaper.reap(keys, Token(claim.holder))
+                claimed_at = time.monotonic()
+                claim = await i.queue.claim(keys, run_id, ticketed)
+            if claim.status == "gone":
+                i.tickets.discard(keys, run_id)
+                i.dropped.add((keys.tag, run_id))
+            if claim.status != "ok":
+                return False
+            i.tickets.discard(keys, run_id)
+            token = Token(claim.holder)
+            try:
+                await i.ownership.mark(keys)
+                inc = await i.redis.hget(keys.meta, "inc")
+                async with i.states.lock(keys.tag):
+                    state = await i.states.load_private(
+                        keys, text(inc) if inc is not None else new_token(6)
+                    )
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await i.ownership.release(keys, token)
+                raise
+
+        async def on_command(raw: bytes) -> None:
+            data = orjson.loads(raw)
+            control.deliver(Command(data["type"], data.get("payload") or {}))
+
+        def on_abort(reason: str) -> None:
+            control.abort(reason)  # type: ignore[arg-type]
+
+        lost = asyncio.Event()
+        # Appends that fail while Redis is unreachable are retried until the lease's deadline.
+        keeper = LeaseKeeper(i.ownership, keys, token, lost, granted_at=claimed_at)
+        owned = OwnedRun(
+            keys=keys,
+            token=token,
+            control=control,
+            writer=FencedWriter(i.log, keys, token.raw, deadline=keeper.deadline),
+            state=state,
+            keeper=keeper,
+            inbox=OwnerInbox(
+                i.redis,
+                i.bus,
+                keys,
+                control.run_id,
+                on_abort=on_abort,
+                on_command=on_command,
+                poll_interval=i.poll_interval,
+            ),
+            lost=lost,
+        )
+        i.owned[keys.tag] = owned
+        owned.start()
+        if claim.cancelled:  # cancelled while it was queued: it ends at once, in its turn
+            control.abort(cast(AbortReason, claim.cancelled))
+        return True
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        i = self._i
+        keys = i.keys(ref)
+        freed = asyncio.Event()
+
+        def wake(_: str) -> None:
+            freed.set()
+
+        i.bus.add(keys.turn, wake)  # freed on another instance
+        i.slot_waiters.setdefault(keys.tag, set()).add(freed)  # freed here
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), wait)
+        finally:
+            i.bus.remove(keys.turn, wake)
+            waiters = i.slot_waiters.get(keys.tag)
+            if waiters is not None:
+                waiters.discard(freed)
+                if not waiters:
+                    del i.slot_waiters[keys.tag]
+
+    async def release_run(self, ref: ConversationRef, run_id: str) -> None:
+        i = self._i
+        keys = i.keys(ref)
+        owned = i.owned.get(keys.tag)
+        if owned is None or owned.token.run_id != run_id:
+            return
+        try:
+            await self._release_owned(keys, owned)
+        finally:
+            await i.slot_freed(keys)
+
+    async def _release_owned(self, keys: ConversationKeys, owned: OwnedRun) -> None:
+        i = self._i
+        await owned.stop()
+        owned.released = True  # snapshot() reads Redis from now on (others may append)
+        try:
+            if owned.fenced:
+                return
+            with unavailable():
+                await i.live_owned(keys)  # rebuilt if an append failed
+                try:
+                    snapshot = owned.state.snapshot_write()
+                    await owned.writer.append([], release=True, snapshot=snapshot)
+                except Fenced:
+                    return
+                await i.ownership.unmark(keys)
+                await i.touch(keys)
+            i.states.remember(keys.tag, owned.state)
+        finally:
+            i.owned.pop(keys.tag, None)
+
+    async def active_run(self, ref: ConversationRef) -> str | None:
+        with unavailable():
+            token = await self._i.holder(self._i.keys(ref))
+        return None if token is None else token.run_id

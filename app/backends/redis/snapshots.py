@@ -1,0 +1,49 @@
+"""Snapshots on Redis: the owner's live state when it is exact, else snapshot + log tail."""
+
+from __future__ import annotations
+
+import orjson
+
+from app.backends.redis.claims import Token
+from app.backends.redis.cursors import make_cursor
+from app.backends.redis.errors import unavailable
+from app.backends.redis.instance import RedisInstance, text
+from app.backends.roles import Snapshots
+from app.backends.types import ConversationMeta, ConversationRef, Snapshot
+
+__all__ = ["RedisSnapshots"]
+
+
+class RedisSnapshots(Snapshots):
+    def __init__(self, instance: RedisInstance) -> None:
+        self._i = instance
+
+    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        i = self._i
+        keys = i.keys(ref)
+        owned = i.owned.get(keys.tag)
+        with unavailable():
+            async with i.redis.pipeline(transaction=False) as pipe:
+                pipe.hmget(keys.meta, "inc", "meta")
+                pipe.get(keys.run)
+                pipe.exists(keys.lease)
+                (inc, raw_meta), run, alive = await pipe.execute()
+            if inc is None or raw_meta is None:
+                return None
+            meta = ConversationMeta.from_dict(orjson.loads(raw_meta))
+            # The owner's live state, unless appends are in flight (it is ahead of its cursor)
+            # or the slot is being handed back; else snapshot + log tail, cursor exact.
+            stale = owned is None or owned.fenced or owned.dirty or owned.released
+            if owned is not None and not stale and not owned.appending:
+                state = owned.state
+            else:
+                if run is not None and not alive:
+                    await i.reaper.reap(keys, Token(text(run)))
+                async with i.states.lock(keys.tag):
+                    state = await i.states.load(keys, text(inc))
+        return Snapshot(
+            state=state.store.get_snapshot(),
+            cursor=make_cursor(state.inc, state.stream_id),
+            extensions=dict(state.extensions),
+            meta=meta,
+        )

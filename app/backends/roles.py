@@ -1,0 +1,225 @@
+"""The backend's roles: one small protocol per thing a caller asks of storage.
+
+Both backends implement every role; :class:`app.backends.base.Backend` is their composition. A
+caller that needs one role (the listing reads snapshots, the idempotency layer stores replies)
+can name that role instead of the whole backend.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.backends.types import (
+    ConversationMeta,
+    ConversationRef,
+    IdempotencyRecord,
+    LogEntry,
+    ReadResult,
+    RunControl,
+    Snapshot,
+)
+from core.runs import AbortReason
+from providers.contract import Command
+
+if TYPE_CHECKING:
+    from app.backends.limit_store import LimitStore
+
+__all__ = [
+    "ConversationStore",
+    "EventAppender",
+    "EventReader",
+    "IdempotencyStore",
+    "Lifecycle",
+    "QueuedRuns",
+    "RunSignals",
+    "RunSlots",
+    "Snapshots",
+]
+
+
+class Lifecycle(Protocol):
+    """Start, stop and health of the backend."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def ping(self) -> bool:
+        """True when the backend is reachable (readiness)."""
+
+
+class ConversationStore(Protocol):
+    """Conversations and their metadata (title, session id, transcripts)."""
+
+    @abstractmethod
+    async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
+        """Create the conversation with ``meta`` unless it exists. True when created."""
+
+    @abstractmethod
+    async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None: ...
+
+    @abstractmethod
+    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+        """Replace the meta of the conversation's incarnation that ``meta.session_id`` names;
+        nothing when the conversation was deleted (or deleted and created again) meanwhile."""
+
+    @abstractmethod
+    async def delete(self, ref: ConversationRef) -> bool:
+        """Drop state and log; open readers then see their cursor as unknown. True if it existed."""
+
+    @abstractmethod
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        """Count ``ref`` among its principal's conversations unless ``limit`` are held already
+        (True when it exists or was counted). Atomic with other reservations: ``limit`` is never
+        exceeded, also under concurrent requests on several instances. One instance (memory):
+        nothing awaits between this count and the ``create_conversation`` that follows it."""
+
+    @abstractmethod
+    def limit_store(self) -> LimitStore | None:
+        """Where the ``[limits]`` counters live when instances share them (None: the
+        gateway's own in-process counters)."""
+
+    @abstractmethod
+    async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
+        """The principal's conversations as ``(key, meta)``, in no particular order."""
+
+
+class EventAppender(Protocol):
+    """The run owner's writes: each event is reduced into the state and logged in one step."""
+
+    @abstractmethod
+    async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
+        """Reduce ``event`` into the state and append it to the log, in one step. Refused
+        (raises) for a run of another incarnation of the conversation (deleted meanwhile)."""
+
+    @abstractmethod
+    async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
+        """Record the latest value of an extension and append it to the log."""
+
+
+class EventReader(Protocol):
+    """Reading the log from a cursor: what every stream (SSE, WebSocket, wait) follows."""
+
+    @abstractmethod
+    async def head_cursor(self, ref: ConversationRef) -> str:
+        """The cursor of the last entry (``EMPTY_CURSOR`` when there is none)."""
+
+    @abstractmethod
+    async def read(
+        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+    ) -> ReadResult:
+        """Entries after ``after`` (at most ``limit``); waits up to ``wait`` s for the first."""
+
+    @abstractmethod
+    def wake_readers(self) -> None:
+        """Wake every waiting ``read`` of this process (used at shutdown)."""
+
+
+class Snapshots(Protocol):
+    """The reduced state of a conversation together with the cursor of its last event."""
+
+    @abstractmethod
+    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        """The state with its cursor; None when the conversation does not exist."""
+
+
+class RunSlots(Protocol):
+    """One active run per conversation: claiming, releasing and naming the slot's holder."""
+
+    @abstractmethod
+    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+        """Take the conversation's run slot for ``control.run_id``; False when it is taken."""
+
+    @abstractmethod
+    async def release_run(self, ref: ConversationRef, run_id: str) -> None: ...
+
+    @abstractmethod
+    async def active_run(self, ref: ConversationRef) -> str | None:
+        """The run id holding the slot, if any."""
+
+    @abstractmethod
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        """Return once the conversation's run slot may have been freed (a run released it,
+        a queued run left the queue), or after ``wait`` s: a run waiting for its turn
+        waits on this, not by polling ``claim_run``."""
+
+
+class RunSignals(Protocol):
+    """Aborts and commands posted anywhere, delivered to the active run's owner."""
+
+    @abstractmethod
+    async def request_abort(
+        self,
+        ref: ConversationRef,
+        run_id: str | None,
+        reason: AbortReason = "aborted",
+    ) -> str | None:
+        """Ask the owner of the active run (or of ``run_id`` if active) to abort it; a queued
+        ``run_id`` (in the backend's queue) is cancelled and ends in its turn.
+
+        Returns the run id when a running or queued run was asked, None when nothing matched.
+        """
+
+    @abstractmethod
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        """Decide the end of ``run_id`` (its owner is about to log its terminal event): the
+        reason of an abort another instance requested before now, else None, and from now on
+        such aborts answer None. Atomic with ``request_abort``, so an abort answered with the
+        run id always ends the run ``run.cancelled``. Aborts reaching the owner's
+        :class:`RunControl` directly are decided by it (``abort`` answers False).
+        One instance (memory): every abort reaches the control; nothing to decide."""
+
+    @abstractmethod
+    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
+        """Deliver ``command`` to the owner of ``run_id``; False when that run is not active."""
+
+
+class QueuedRuns(Protocol):
+    """The backend's queue of enqueued runs (multitask ``enqueue`` / ``interrupt``).
+
+    One instance (memory): the RunManager's own per-conversation queue is the whole queue, and
+    these do nothing. Several instances (Redis): the queue is kept in the backend, so runs start
+    in arrival order cluster-wide and the bound counts every instance's runs.
+    """
+
+    @abstractmethod
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+    ) -> bool:
+        """Queue ``run_id`` last; False when ``limit`` runs wait. With ``interrupt`` every run
+        already waiting is cancelled (it still takes the slot in its turn, already aborted).
+
+        Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
+        was not queued. A run cancelled while queued gets its control aborted by its claim.
+        """
+
+    @abstractmethod
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        """Remove a queued run (aborted before it started); True when it was queued."""
+
+    @abstractmethod
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        """True when this instance's queued ``run_id`` was removed elsewhere (abort, delete)."""
+
+    @abstractmethod
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        """How many runs wait in the backend's queue (of every instance; ``untilIdle``)."""
+
+    @abstractmethod
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        """``run_id`` waits in the backend's queue or holds the slot and is starting."""
+
+
+class IdempotencyStore(Protocol):
+    """Replies remembered per ``Idempotency-Key`` scope, for a TTL."""
+
+    @abstractmethod
+    async def idempotency_get(self, scope: str) -> IdempotencyRecord | None: ...
+
+    @abstractmethod
+    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
+        """Store ``record`` unless the scope already has one; True when stored."""

@@ -1,0 +1,185 @@
+"""The values a backend stores and returns: conversation refs, metadata, log entries, snapshots.
+
+Plain data, shared by every backend role (:mod:`app.backends.roles`) and their callers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from core.runs import RUN_TERMINAL_TYPES, AbortReason
+from providers.contract import Command
+
+__all__ = [
+    "EMPTY_CURSOR",
+    "ConversationMeta",
+    "ConversationRef",
+    "IdempotencyRecord",
+    "LogEntry",
+    "ReadResult",
+    "RunControl",
+    "Snapshot",
+]
+
+#: The cursor of an empty log; resuming from it yields every retained event.
+EMPTY_CURSOR = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    """A conversation: the caller's principal and its conversationKey."""
+
+    principal: str
+    key: str
+
+    @property
+    def digest(self) -> str:
+        """A hash of (principal, key), length-prefixed so no two pairs spell alike."""
+        raw = f"{len(self.principal)}:{self.principal}:{self.key}".encode()
+        return hashlib.sha256(raw).hexdigest()[:32]
+
+
+@dataclass(slots=True)
+class ConversationMeta:
+    """What the gateway keeps beside the reduced state (persisted with the snapshot)."""
+
+    session_id: str
+    created_at: float
+    updated_at: float
+    title: str | None = None
+    session_started: bool = False
+    last_input: dict[str, Any] | None = None
+    last_provider: str | None = None
+    last_run_id: str | None = None
+    #: Per-provider transcripts (protocol.md §11), keyed by provider name.
+    transcripts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session_id,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "title": self.title,
+            "sessionStarted": self.session_started,
+            "lastInput": self.last_input,
+            "lastProvider": self.last_provider,
+            "lastRunId": self.last_run_id,
+            "transcripts": self.transcripts,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConversationMeta:
+        return cls(
+            session_id=data["sessionId"],
+            created_at=data["createdAt"],
+            updated_at=data["updatedAt"],
+            title=data.get("title"),
+            session_started=bool(data.get("sessionStarted")),
+            last_input=data.get("lastInput"),
+            last_provider=data.get("lastProvider"),
+            last_run_id=data.get("lastRunId"),
+            transcripts=dict(data.get("transcripts") or {}),
+        )
+
+
+class LogEntry:
+    """One log entry: an AgentEvent or an extension value, serialized once.
+
+    The entry keeps one buffer, its SSE frame (built once, when logged, and shared by every
+    subscriber); ``data``, the JSON of the event (or of ``{"key", "value"}``), is read back
+    from it. The WebSocket frame is built from it at most once.
+    """
+
+    __slots__ = ("_data_at", "_ws", "cursor", "event_type", "kind", "run_id", "sse")
+
+    def __init__(
+        self,
+        cursor: str,
+        kind: Literal["event", "extension"],
+        data: bytes,
+        event_type: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.cursor = cursor
+        self.kind = kind
+        self.event_type = event_type
+        self.run_id = run_id
+        head = b"" if kind == "event" else b"event: extension\n"
+        cursor_bytes = cursor.encode()
+        #: The SSE frame: no ``event:`` line for AgentEvents, ``event: extension`` otherwise.
+        #: Built by ``%`` on a right-sized allocation (``orjson.dumps`` answers on a >= 4 KiB
+        #: buffer, which a retained entry must not pin).
+        self.sse: bytes = b"%sid: %s\ndata: %s\n\n" % (head, cursor_bytes, data)
+        self._data_at = len(head) + len(cursor_bytes) + 11  # "id: " + "\ndata: "
+        self._ws: str | None = None
+
+    @classmethod
+    def for_event(cls, cursor: str, event: dict[str, Any]) -> LogEntry:
+        return cls(cursor, "event", orjson.dumps(event), event.get("type"), event.get("runId"))
+
+    @classmethod
+    def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
+        return cls(cursor, "extension", orjson.dumps({"key": key, "value": value}))
+
+    @property
+    def data(self) -> bytes:
+        """The JSON of the event (or of ``{"key", "value"}``)."""
+        return self.sse[self._data_at : -2]
+
+    @property
+    def is_run_terminal(self) -> bool:
+        return self.event_type in RUN_TERMINAL_TYPES
+
+    @property
+    def ws(self) -> str:
+        """The WebSocket text frame."""
+        if self._ws is None:
+            cursor = orjson.dumps(self.cursor).decode()
+            body = self.data.decode()
+            if self.kind == "event":
+                self._ws = f'{{"type":"event","cursor":{cursor},"event":{body}}}'
+            else:
+                self._ws = f'{{"type":"extension","cursor":{cursor},{body[1:]}'
+        return self._ws
+
+    def decoded(self) -> Any:
+        return orjson.loads(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    status: Literal["ok", "trimmed", "unknown"]
+    entries: list[LogEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A reduced state with the cursor of the last event it contains."""
+
+    state: dict[str, Any]
+    cursor: str
+    extensions: dict[str, Any]
+    meta: ConversationMeta
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    fingerprint: str
+    status: int
+    body: dict[str, Any]
+
+
+class RunControl(Protocol):
+    """The owner's handle on a claimed run: where aborts and commands are delivered."""
+
+    run_id: str
+
+    def abort(self, reason: AbortReason) -> bool:
+        """False when the run's end is already decided (the abort comes too late)."""
+        ...
+
+    def deliver(self, command: Command) -> None: ...

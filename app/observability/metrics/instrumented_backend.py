@@ -1,0 +1,180 @@
+"""A backend that times every operation and counts its errors, delegating to the real one."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from app.backends.base import Backend
+from app.backends.types import (
+    ConversationMeta,
+    ConversationRef,
+    IdempotencyRecord,
+    LogEntry,
+    ReadResult,
+    RunControl,
+    Snapshot,
+)
+from core.runs import AbortReason
+from providers.contract import Command
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics import Counter, Histogram
+
+    from app.backends.limit_store import LimitStore
+    from app.observability.metrics.registry import GatewayMetrics
+
+__all__ = ["InstrumentedBackend"]
+
+T = TypeVar("T")
+
+
+class InstrumentedBackend(Backend):
+    """Wraps a backend: every coroutine operation is timed and its errors are counted.
+
+    ``read`` is a long poll (it waits for new entries), so only its errors are counted. The
+    synchronous ``wake_readers`` and ``run_dropped`` are passed through as they are.
+    """
+
+    def __init__(self, inner: Backend, metrics: GatewayMetrics, backend: str | None = None) -> None:
+        self._inner = inner
+        self._metrics = metrics
+        #: ``memory`` / ``redis``: given, else from the class name (``RedisBackend`` -> redis).
+        self._backend = metrics.backend_label(
+            backend or type(inner).__name__.lower().removesuffix("backend")
+        )
+        #: op -> (errors counter, latency histogram or None): resolved once per operation.
+        self._ops: dict[str, tuple[Counter, Histogram | None]] = {}
+
+    @property
+    def inner(self) -> Backend:
+        return self._inner
+
+    def _children(self, op: str, timed: bool) -> tuple[Counter, Histogram | None]:
+        children = self._ops.get(op)
+        if children is None:
+            m = self._metrics
+            labels = (self._backend, m.op_label(op))
+            latency = m.backend_op_latency.labels(*labels) if timed else None
+            children = self._ops[op] = (m.backend_op_errors.labels(*labels), latency)
+        return children
+
+    async def _call(self, op: str, call: Awaitable[T], *, timed: bool = True) -> T:
+        errors, latency = self._children(op, timed)
+        clock = self._metrics.clock
+        start = clock()
+        try:
+            return await call
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # a cancellation is not a backend error
+                errors.inc()
+            raise
+        finally:
+            if latency is not None:
+                latency.observe(clock() - start)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._call("start", self._inner.start())
+
+    async def close(self) -> None:
+        await self._call("close", self._inner.close())
+
+    async def ping(self) -> bool:
+        return await self._call("ping", self._inner.ping())
+
+    # --- conversations -------------------------------------------------------------------
+    async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
+        return await self._call("create_conversation", self._inner.create_conversation(ref, meta))
+
+    async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
+        return await self._call("get_meta", self._inner.get_meta(ref))
+
+    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+        await self._call("save_meta", self._inner.save_meta(ref, meta))
+
+    async def delete(self, ref: ConversationRef) -> bool:
+        return await self._call("delete", self._inner.delete(ref))
+
+    async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
+        return await self._call("list_conversations", self._inner.list_conversations(principal))
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        call = self._inner.reserve_conversation(ref, limit)
+        return await self._call("reserve_conversation", call)
+
+    def limit_store(self) -> LimitStore | None:
+        return self._inner.limit_store()
+
+    # --- log and state -------------------------------------------------------------------
+    async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
+        return await self._call("append_event", self._inner.append_event(ref, event))
+
+    async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
+        return await self._call("append_extension", self._inner.append_extension(ref, key, value))
+
+    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        return await self._call("snapshot", self._inner.snapshot(ref))
+
+    async def head_cursor(self, ref: ConversationRef) -> str:
+        return await self._call("head_cursor", self._inner.head_cursor(ref))
+
+    async def read(
+        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+    ) -> ReadResult:
+        call = self._inner.read(ref, after, limit=limit, wait=wait)
+        return await self._call("read", call, timed=False)
+
+    def wake_readers(self) -> None:
+        self._inner.wake_readers()
+
+    # --- runs ----------------------------------------------------------------------------
+    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+        return await self._call("claim_run", self._inner.claim_run(ref, control))
+
+    async def release_run(self, ref: ConversationRef, run_id: str) -> None:
+        await self._call("release_run", self._inner.release_run(ref, run_id))
+
+    async def active_run(self, ref: ConversationRef) -> str | None:
+        return await self._call("active_run", self._inner.active_run(ref))
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        # A wait for a notification, like ``read``: only its errors are counted.
+        await self._call("wait_run_slot", self._inner.wait_run_slot(ref, wait), timed=False)
+
+    async def request_abort(
+        self, ref: ConversationRef, run_id: str | None, reason: AbortReason = "aborted"
+    ) -> str | None:
+        return await self._call("request_abort", self._inner.request_abort(ref, run_id, reason))
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return await self._call("end_run", self._inner.end_run(ref, run_id))
+
+    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
+        return await self._call("send_command", self._inner.send_command(ref, run_id, command))
+
+    # --- the queue of enqueued runs --------------------------------------------------------
+    async def enqueue_run(
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+    ) -> bool:
+        call = self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
+        return await self._call("enqueue_run", call)
+
+    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
+        return await self._call("drop_run", self._inner.drop_run(ref, run_id))
+
+    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
+        return self._inner.run_dropped(ref, run_id)
+
+    async def queued_runs(self, ref: ConversationRef) -> int:
+        return await self._call("queued_runs", self._inner.queued_runs(ref))
+
+    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
+        return await self._call("is_queued", self._inner.is_queued(ref, run_id))
+
+    # --- idempotency ---------------------------------------------------------------------
+    async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
+        return await self._call("idempotency_get", self._inner.idempotency_get(scope))
+
+    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
+        return await self._call("idempotency_put", self._inner.idempotency_put(scope, record, ttl))
