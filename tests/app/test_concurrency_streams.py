@@ -47,7 +47,9 @@ async def _replay(client: httpx.AsyncClient, body: dict[str, Any], **headers: st
 async def test_replays_after_the_log_was_trimmed_end_with_the_snapshot(
     gateways: Gateways,
 ) -> None:
-    settings = make_settings(gateway={"event_log_max_len": 5, "heartbeat_seconds": 1})
+    # Redis persists the snapshot every snapshot_every events: below the retained length.
+    gateway = {"event_log_max_len": 5, "snapshot_every": 2, "heartbeat_seconds": 1}
+    settings = make_settings(gateway=gateway)
     gw = await gateways(settings, providers={"demo": CountingProvider()})
     body = {"input": {"prompt": "text:40"}}
     async with gw.client() as client:
