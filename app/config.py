@@ -199,6 +199,21 @@ class Settings(BaseSettings):
         # The file's values arrive as init kwargs; the environment overrides them.
         return (env_settings, init_settings)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _overrides_merge_onto_the_builtin_demo(cls, data: Any) -> Any:
+        """``AGENT_GATEWAY_PROVIDERS__DEMO__PACE=0`` tunes the built-in demo: a ``demo`` table
+        without a ``kind`` (from the environment or the file) merges onto ``local-demo``."""
+        if isinstance(data, dict):
+            providers = data.get("providers")
+            if not isinstance(providers, dict):
+                return data
+            demo = providers.get(DEMO_PROVIDER)
+            if isinstance(demo, dict) and "kind" not in demo:
+                merged = {**providers, DEMO_PROVIDER: {"kind": "local-demo", **demo}}
+                data = {**data, "providers": merged}
+        return data
+
     @model_validator(mode="after")
     def _builtin_demo_and_default(self) -> Settings:
         if DEMO_PROVIDER not in self.providers:

@@ -103,6 +103,8 @@ async def run_agent_provider(
     try:
         try:
             await emit_all(provider.start(input, ctx))
+            if signal.aborted:  # aborted before it began: the upstream is never contacted
+                raise AbortError.from_signal(signal)
             request = await provider.prepare_request(input, ctx)
             chunks = transport.open(request, signal)
             try:

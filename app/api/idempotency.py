@@ -1,7 +1,9 @@
 """Idempotency of runs, reloads and commands: a retried request yields one effect, one answer.
 
 The key is the ``Idempotency-Key`` header (scoped to the caller's principal), else derived from
-the conversation, route and body. The same key with another conversation, route or body is 409
+the conversation, route and body, plus what the route adds (a command: the conversation's
+incarnation and the run its target belongs to, so a later run reusing a target id is not
+answered with an earlier run's answer). The same key with another conversation, route or body is 409
 ``idempotency_key_reused``. Only accepted answers are remembered (a refusal may turn into an
 acceptance later); they are kept ``idempotency_ttl_seconds``.
 
@@ -58,15 +60,20 @@ async def idempotent(
     route: str,
     body: Any,
     produce: Callable[[], Awaitable[dict[str, Any]]],
+    derived_from: Callable[[], Awaitable[tuple[str, ...]]] | None = None,
 ) -> dict[str, Any]:
-    """``produce()``'s answer, or the answer of the first request with the same key."""
+    """``produce()``'s answer, or the answer of the first request with the same key.
+
+    ``derived_from`` adds parts to a derived key (none when the client sent a key)."""
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     fingerprint = _digest(ref.key.encode(), route.encode(), canonical)
     if header_key:  # a client's key: one per principal, whatever the conversation
         principal = _digest(ref.principal.encode())
         scope = f"key:{principal}:{_digest(header_key.encode())}"
     else:
-        scope = f"derived:{ref.digest}:{fingerprint}"
+        extra = () if derived_from is None else await derived_from()
+        derived = _digest(fingerprint.encode(), *(part.encode() for part in extra))
+        scope = f"derived:{ref.digest}:{derived}"
     ttl = gateway.settings.gateway.idempotency_ttl_seconds
     lock = _locks.setdefault(scope, asyncio.Lock())
     try:

@@ -18,6 +18,7 @@ from app.backends import (
     RunControl,
     Snapshot,
 )
+from app.backends.limit_store import LimitStore
 from core.runs import AbortReason
 from providers.contract import Command
 
@@ -46,6 +47,12 @@ class ArchivingBackend(Backend):
     # --- conversations -------------------------------------------------------------------
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
         return await self._inner.create_conversation(ref, meta)
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        return await self._inner.reserve_conversation(ref, limit)
+
+    def limit_store(self) -> LimitStore | None:
+        return self._inner.limit_store()
 
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self._inner.get_meta(ref)
@@ -105,14 +112,20 @@ class ArchivingBackend(Backend):
     ) -> str | None:
         return await self._inner.request_abort(ref, run_id, reason)
 
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return await self._inner.end_run(ref, run_id)
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        await self._inner.wait_run_slot(ref, wait)
+
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         return await self._inner.send_command(ref, run_id, command)
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        return await self._inner.enqueue_run(ref, run_id, limit=limit, front=front)
+        return await self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self._inner.drop_run(ref, run_id)

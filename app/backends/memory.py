@@ -100,6 +100,8 @@ class MemoryBackend(Backend):
         self._conversations: OrderedDict[ConversationRef, _Conversation] = OrderedDict()
         self._notifiers: dict[ConversationRef, _Notifier] = {}
         self._runs: dict[ConversationRef, RunControl] = {}
+        #: Set when the conversation's run slot is released (runs waiting for their turn).
+        self._slot_waiters: dict[ConversationRef, asyncio.Event] = {}
         self._idempotency: dict[str, tuple[float, IdempotencyRecord]] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -175,13 +177,22 @@ class MemoryBackend(Backend):
 
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         conv = self._get(ref)
-        if conv is not None:
+        if conv is not None and conv.meta.session_id == meta.session_id:  # same incarnation
             conv.meta = meta
 
     async def delete(self, ref: ConversationRef) -> bool:
         existed = ref in self._conversations
         self._drop(ref)
         return existed
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        # Nothing awaits between this count and the create_conversation that follows it.
+        if ref in self._conversations:
+            return True
+        return sum(1 for other in self._conversations if other.principal == ref.principal) < limit
+
+    def limit_store(self) -> None:
+        return None  # one instance: the gateway's in-process counters
 
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         return [
@@ -207,6 +218,8 @@ class MemoryBackend(Backend):
 
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         conv = self._require(ref)
+        if event.get("sessionId") != conv.meta.session_id:  # a run of a deleted incarnation
+            raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         conv.store.dispatch(event)
         conv.last_seq += 1
         conv.meta.updated_at = time.time() * 1000
@@ -285,6 +298,16 @@ class MemoryBackend(Backend):
         control = self._runs.get(ref)
         if control is not None and control.run_id == run_id:
             del self._runs[ref]
+            freed = self._slot_waiters.pop(ref, None)
+            if freed is not None:
+                freed.set()
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        if ref not in self._runs:
+            return
+        freed = self._slot_waiters.setdefault(ref, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(freed.wait(), wait)
 
     async def active_run(self, ref: ConversationRef) -> str | None:
         control = self._runs.get(ref)
@@ -299,8 +322,12 @@ class MemoryBackend(Backend):
         control = self._runs.get(ref)
         if control is None or (run_id is not None and control.run_id != run_id):
             return None
-        control.abort(reason)
+        if not control.abort(reason):
+            return None  # its end is already decided: too late to abort
         return control.run_id
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return None  # every abort reaches the run's control, which decides alone
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         control = self._runs.get(ref)
@@ -313,7 +340,7 @@ class MemoryBackend(Backend):
     # One instance: the RunManager's own per-conversation queue is the whole queue, so the
     # backend keeps none (every run may claim the slot; nothing is dropped elsewhere).
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
         return True
 

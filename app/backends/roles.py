@@ -8,7 +8,7 @@ can name that role instead of the whole backend.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.backends.types import (
     ConversationMeta,
@@ -21,6 +21,9 @@ from app.backends.types import (
 )
 from core.runs import AbortReason
 from providers.contract import Command
+
+if TYPE_CHECKING:
+    from app.backends.limit_store import LimitStore
 
 __all__ = [
     "ConversationStore",
@@ -60,11 +63,25 @@ class ConversationStore(Protocol):
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None: ...
 
     @abstractmethod
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None: ...
+    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+        """Replace the meta of the conversation's incarnation that ``meta.session_id`` names;
+        nothing when the conversation was deleted (or deleted and created again) meanwhile."""
 
     @abstractmethod
     async def delete(self, ref: ConversationRef) -> bool:
         """Drop state and log; open readers then see their cursor as unknown. True if it existed."""
+
+    @abstractmethod
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        """Count ``ref`` among its principal's conversations unless ``limit`` are held already
+        (True when it exists or was counted). Atomic with other reservations: ``limit`` is never
+        exceeded, also under concurrent requests on several instances. One instance (memory):
+        nothing awaits between this count and the ``create_conversation`` that follows it."""
+
+    @abstractmethod
+    def limit_store(self) -> LimitStore | None:
+        """Where the ``[limits]`` counters live when instances share them (None: the
+        gateway's own in-process counters)."""
 
     @abstractmethod
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
@@ -76,7 +93,8 @@ class EventAppender(Protocol):
 
     @abstractmethod
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
-        """Reduce ``event`` into the state and append it to the log, in one step."""
+        """Reduce ``event`` into the state and append it to the log, in one step. Refused
+        (raises) for a run of another incarnation of the conversation (deleted meanwhile)."""
 
     @abstractmethod
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
@@ -123,6 +141,12 @@ class RunSlots(Protocol):
     async def active_run(self, ref: ConversationRef) -> str | None:
         """The run id holding the slot, if any."""
 
+    @abstractmethod
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        """Return once the conversation's run slot may have been freed (a run released it,
+        a queued run left the queue), or after ``wait`` s: a run waiting for its turn
+        waits on this, not by polling ``claim_run``."""
+
 
 class RunSignals(Protocol):
     """Aborts and commands posted anywhere, delivered to the active run's owner."""
@@ -134,10 +158,20 @@ class RunSignals(Protocol):
         run_id: str | None,
         reason: AbortReason = "aborted",
     ) -> str | None:
-        """Ask the owner of the active run (or of ``run_id`` if active) to abort it.
+        """Ask the owner of the active run (or of ``run_id`` if active) to abort it; a queued
+        ``run_id`` (in the backend's queue) is cancelled and ends in its turn.
 
-        Returns the run id when a running run was asked, None when nothing matched.
+        Returns the run id when a running or queued run was asked, None when nothing matched.
         """
+
+    @abstractmethod
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        """Decide the end of ``run_id`` (its owner is about to log its terminal event): the
+        reason of an abort another instance requested before now, else None, and from now on
+        such aborts answer None. Atomic with ``request_abort``, so an abort answered with the
+        run id always ends the run ``run.cancelled``. Aborts reaching the owner's
+        :class:`RunControl` directly are decided by it (``abort`` answers False).
+        One instance (memory): every abort reaches the control; nothing to decide."""
 
     @abstractmethod
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
@@ -154,12 +188,13 @@ class QueuedRuns(Protocol):
 
     @abstractmethod
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        """Queue ``run_id`` (last, or first for ``front``); False when ``limit`` runs wait.
+        """Queue ``run_id`` last; False when ``limit`` runs wait. With ``interrupt`` every run
+        already waiting is cancelled (it still takes the slot in its turn, already aborted).
 
         Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
-        was not queued.
+        was not queued. A run cancelled while queued gets its control aborted by its claim.
         """
 
     @abstractmethod

@@ -178,6 +178,8 @@ class RunControl(Protocol):
 
     run_id: str
 
-    def abort(self, reason: AbortReason) -> None: ...
+    def abort(self, reason: AbortReason) -> bool:
+        """False when the run's end is already decided (the abort comes too late)."""
+        ...
 
     def deliver(self, command: Command) -> None: ...

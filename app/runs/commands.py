@@ -1,7 +1,11 @@
 """Commands to a waiting run (protocol.md §9): refusals checked against the state, then delivery.
 
 Every refusal happens here, before the provider sees anything; an accepted command is delivered
-to the run's owner through the backend and answered ``202``.
+to the run's owner through the backend and answered ``202``. A target id (approval or tool call)
+names the entity of the conversation's running run when it has one, else of the latest run that
+has it (upstreams reuse fixed ids across runs). The checks follow the target: 404 when unknown,
+the route's 409 when it does not await this command (also when its run has ended), and
+``run_not_running`` only when it still awaits but its run is not running.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from app.gateway import Gateway
 from app.runs.limits import check_json_size
 from providers.contract import Command
 
-__all__ = ["resolve_approval", "retry_tool", "submit_tool_result"]
+__all__ = ["resolve_approval", "retry_tool", "submit_tool_result", "target_scope"]
 
 
 def _find(state: dict[str, Any], table: str, target_id: str) -> dict[str, Any] | None:
@@ -27,6 +31,19 @@ def _find(state: dict[str, Any], table: str, target_id: str) -> dict[str, Any] |
     running = [m for m in matches if runs.get(str(m.get("runId")), {}).get("status") == "running"]
     candidates = running or matches
     return candidates[-1] if candidates else None
+
+
+async def target_scope(
+    gateway: Gateway, ref: ConversationRef, table: str, target_id: str
+) -> tuple[str, ...]:
+    """What a derived idempotency key of a command covers beyond route and body: the
+    conversation's incarnation (its session id) and the run the target belongs to."""
+    snapshot = await gateway.backend.snapshot(ref)
+    if snapshot is None:
+        return ()
+    target = _find(snapshot.state, table, target_id)
+    run_id = "" if target is None else str(target.get("runId"))
+    return (snapshot.meta.session_id, run_id)
 
 
 async def _state(gateway: Gateway, ref: ConversationRef) -> dict[str, Any]:
@@ -74,9 +91,9 @@ async def resolve_approval(
     if approval is None:
         raise ApiError(404, "approval_not_found", f"No approval {approval_id}.")
     run_id = approval["runId"]
-    _require_running(state, run_id)
     if approval.get("status") != "waiting" or approval_id in _in_flight(gateway, ref, run_id):
         raise ApiError(409, "approval_already_resolved", f"Approval {approval_id} is resolved.")
+    _require_running(state, run_id)
     expires_at = approval.get("expiresAt")
     if isinstance(expires_at, int | float) and time.time() * 1000 >= expires_at:
         raise ApiError(410, "approval_expired", f"Approval {approval_id} has expired.")
@@ -115,11 +132,11 @@ async def submit_tool_result(
     if tool is None:
         raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
-    _require_running(state, run_id)
     if not _awaits_app(tool) or tool_call_id in _in_flight(gateway, ref, run_id):
         raise ApiError(
             409, "tool_not_awaiting_result", f"Tool call {tool_call_id} awaits no result."
         )
+    _require_running(state, run_id)
     payload: dict[str, Any] = {"toolCallId": tool_call_id, "result": result}
     if is_error:
         payload["isError"] = True
@@ -134,7 +151,6 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
     if tool is None:
         raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
-    _require_running(state, run_id)
     error = tool.get("error")
     retryable = isinstance(error, dict) and error.get("retryable") is True
     if (
@@ -143,6 +159,7 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
         or tool_call_id in _in_flight(gateway, ref, run_id)
     ):
         raise ApiError(409, "tool_not_retryable", f"Tool call {tool_call_id} cannot be retried.")
+    _require_running(state, run_id)
     return await _deliver(
         gateway, ref, run_id, Command("tool.retry", {"toolCallId": tool_call_id}), tool_call_id
     )

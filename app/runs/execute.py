@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.backends import Backend, ConversationRef
 from app.config import Settings
@@ -20,7 +20,7 @@ from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.limits import cap_artifact
-from core.runs import TITLE_MAX_CHARS, AbortReason
+from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
 from providers.runner import run_agent_provider
@@ -51,6 +51,9 @@ class RunRequest:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set once the run's ``run.started`` is in the log (and state), or the run is over.
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
+    #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
+    cancelled: Literal["aborted", "interrupted"] | None = None
 
     async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
         """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.
@@ -103,9 +106,15 @@ class ActiveRun:
         self.in_flight: set[str] = set()
         #: Its terminal event is logged (it still holds the slot while it finishes up).
         self.ended = False
+        #: How it ends is decided (its terminal is being logged): aborts come too late.
+        self.ending = False
 
-    def abort(self, reason: AbortReason) -> None:
+    def abort(self, reason: AbortReason) -> bool:
+        """Abort the run; False (and nothing changes) once its end is decided."""
+        if self.ending:
+            return False
         self.signal.abort(reason)
+        return True
 
     def deliver(self, command: Command) -> None:
         self.commands.put_nowait(command)
@@ -146,6 +155,23 @@ def _terminal_event(
     }
 
 
+async def _decide_end(
+    backend: Backend, ref: ConversationRef, active: ActiveRun, event: AgentEvent
+) -> AgentEvent:
+    """``event``, the run's terminal, or ``run.cancelled`` in its place when an abort was
+    answered (202) before the end was decided: an accepted abort always wins."""
+    active.ending = True  # from here on, local aborts answer "aborted": false
+    reason = active.signal.reason or await backend.end_run(ref, active.run_id)
+    if reason is None or event["type"] == "run.cancelled":
+        return event
+    return {
+        **event,
+        "type": "run.cancelled",
+        "eventId": f"{event['eventId']}:cancelled",
+        "payload": {"reason": reason},
+    }
+
+
 async def _close_unterminated(
     backend: Backend, ref: ConversationRef, session_id: str, active: ActiveRun
 ) -> None:
@@ -160,14 +186,9 @@ async def _close_unterminated(
             ref, _terminal_event(state, session_id, run_id, "run.started", {})
         )
         state = (await backend.snapshot(ref) or snapshot).state
-    if active.signal.aborted:
-        event = _terminal_event(
-            state, session_id, run_id, "run.cancelled", {"reason": active.signal.reason}
-        )
-    else:
-        error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
-        event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
-    await backend.append_event(ref, event)
+    error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
+    event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
+    await backend.append_event(ref, await _decide_end(backend, ref, active, event))
 
 
 async def execute_run(
@@ -211,6 +232,8 @@ async def _execute_run(
     async def on_event(event: AgentEvent) -> None:
         nonlocal terminal_seen
         event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
+        if event["runId"] == active.run_id and event["type"] in RUN_TERMINAL_TYPES:
+            event = await _decide_end(backend, ref, active, event)
         entry = await backend.append_event(ref, event)
         if tracker is not None:
             tracker.on_event(event)

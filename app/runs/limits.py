@@ -11,7 +11,11 @@
 The other limits live where the data enters: ``max_body_bytes`` (413) and ``max_input_bytes``
 (413) in the routes, ``max_ws_frame_bytes`` in the WebSocket session, and
 ``max_upstream_event_bytes`` in the providers (the run fails with ``upstream_event_too_large``).
-Counters are per gateway process (with several instances, each enforces its own share).
+
+Every counter is checked and recorded in one step: a run is counted when it is taken (and given
+back when the request is refused after all), a stream slot when it opens. With a backend that
+shares them (``Backend.limit_store``: Redis) the counters live there, so N instances admit what
+one does; otherwise they are this process's own.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import orjson
 
 from app.api.errors import ApiError
 from app.backends import ConversationRef
+from app.backends.limit_store import LimitStore, SubscriberRefusal
 from app.config import LimitsSection
 
 __all__ = [
@@ -72,17 +77,33 @@ class RunRateLimiter:
         """Raise 429 ``rate_limited`` (with ``Retry-After``) when the window is full."""
         window = self._window(principal)
         if len(window) >= self.per_minute:
-            wait = WINDOW_SECONDS - (self._clock() - window[0])
-            retry = str(max(1, math.ceil(wait)))
-            raise ApiError(
-                429,
-                "rate_limited",
-                f"More than {self.per_minute} runs per minute; retry in {retry} s.",
-                headers={"Retry-After": retry},
-            )
+            raise _rate_limited(self.per_minute, WINDOW_SECONDS - (self._clock() - window[0]))
 
-    def record(self, principal: str) -> None:
-        self._accepted.setdefault(principal, deque()).append(self._clock())
+    def record(self, principal: str) -> float:
+        stamp = self._clock()
+        self._accepted.setdefault(principal, deque()).append(stamp)
+        return stamp
+
+    def take(self, principal: str) -> float:
+        """Check and record in one step (429 when full); the stamp to :meth:`refund`."""
+        self.check(principal)
+        return self.record(principal)
+
+    def refund(self, principal: str, stamp: float) -> None:
+        window = self._accepted.get(principal)
+        if window is not None:
+            with contextlib.suppress(ValueError):
+                window.remove(stamp)
+
+
+def _rate_limited(per_minute: int, wait: float) -> ApiError:
+    retry = str(max(1, math.ceil(wait)))
+    return ApiError(
+        429,
+        "rate_limited",
+        f"More than {per_minute} runs per minute; retry in {retry} s.",
+        headers={"Retry-After": retry},
+    )
 
 
 class SubscriberLimits:
@@ -134,21 +155,82 @@ def _too_many_subscribers(which: str) -> ApiError:
 
 
 class GatewayLimits:
-    """The limits one gateway enforces (``gateway.runs.limits``)."""
+    """The limits one gateway enforces (``gateway.runs.limits``), in ``store`` when given
+    (shared by every instance), else in this process's counters."""
 
-    def __init__(self, limits: LimitsSection) -> None:
+    def __init__(self, limits: LimitsSection, store: LimitStore | None = None) -> None:
         self.settings = limits
+        self.store = store
         self.runs = RunRateLimiter(limits.runs_per_minute_per_principal)
         self.subscribers = SubscriberLimits(
             limits.max_subscribers_per_conversation, limits.max_subscribers_per_principal
         )
 
+    # --- runs per minute -----------------------------------------------------------------
+    async def take_run(self, principal: str) -> str | float:
+        """Count one run in the principal's window (429 ``rate_limited`` when full); the ticket
+        to :meth:`refund_run` if the request is refused after all."""
+        if self.store is None:
+            return self.runs.take(principal)
+        per_minute = self.settings.runs_per_minute_per_principal
+        token, wait = await self.store.take_run(principal, per_minute)
+        if token is None:
+            raise _rate_limited(per_minute, wait)
+        return token
+
+    async def refund_run(self, principal: str, ticket: str | float) -> None:
+        if isinstance(ticket, str) and self.store is not None:
+            await self.store.refund_run(principal, ticket)
+        elif isinstance(ticket, float):
+            self.runs.refund(principal, ticket)
+
+    # --- subscribers ---------------------------------------------------------------------
+    async def check_subscriber(self, ref: ConversationRef) -> None:
+        """429 ``too_many_subscribers`` when a new stream of ``ref`` would be refused."""
+        if self.store is None:
+            self.subscribers.check(ref)
+            return
+        s = self.settings
+        full = await self.store.subscribers_full(
+            ref, s.max_subscribers_per_conversation, s.max_subscribers_per_principal
+        )
+        if full is not None:
+            raise self._subscribers_refused(full)
+
+    async def acquire_subscriber(self, ref: ConversationRef) -> str | None:
+        """Take a stream slot (429 ``too_many_subscribers``); the token to release it."""
+        if self.store is None:
+            self.subscribers.acquire(ref)
+            return None
+        s = self.settings
+        token, refused = await self.store.take_subscriber(
+            ref, s.max_subscribers_per_conversation, s.max_subscribers_per_principal
+        )
+        if token is None:
+            raise self._subscribers_refused(refused or "conversation")
+        return token
+
+    async def release_subscriber(self, ref: ConversationRef, token: str | None) -> None:
+        if self.store is None:
+            self.subscribers.release(ref)
+        elif token is not None:
+            with contextlib.suppress(Exception):  # backend unreachable: the slot lapses
+                await self.store.free_subscriber(token)
+
+    def _subscribers_refused(self, which: SubscriberRefusal) -> ApiError:
+        s = self.settings
+        if which == "principal":
+            return _too_many_subscribers(f"{s.max_subscribers_per_principal} per principal")
+        return _too_many_subscribers(f"{s.max_subscribers_per_conversation} per conversation")
+
+    # --- conversations -------------------------------------------------------------------
     async def check_new_conversation(
-        self, ref: ConversationRef, count: Callable[[str], Awaitable[int]]
+        self, ref: ConversationRef, reserve: Callable[[int], Awaitable[bool]]
     ) -> None:
-        """Refuse a new conversation beyond ``max_conversations_per_principal`` (429)."""
+        """Refuse a new conversation beyond ``max_conversations_per_principal`` (429);
+        ``reserve(limit)`` counts it atomically when there is room."""
         limit = self.settings.max_conversations_per_principal
-        if await count(ref.principal) >= limit:
+        if not await reserve(limit):
             raise ApiError(
                 429,
                 "too_many_conversations",

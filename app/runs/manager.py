@@ -1,7 +1,10 @@
 """Runs per conversation: accept (multitask reject / interrupt / enqueue), execute, abort, drain.
 
-One worker task per busy conversation takes queued runs in FIFO order and executes them one at
-a time; the run slot is claimed in the backend so aborts and commands posted anywhere reach it.
+One worker task per busy conversation takes queued runs in acceptance order (FIFO, also for
+``interrupt``) and executes them one at a time; the run slot is claimed in the backend so aborts
+and commands posted anywhere reach it. An interrupt or an abort never reorders or removes an
+accepted run: it cancels it, and a run cancelled before it started still takes its turn, logging
+its start, its user message and ``run.cancelled`` without reaching the upstream.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from app.api.errors import ApiError
@@ -29,6 +33,9 @@ __all__ = ["RunManager", "Submission"]
 
 logger = logging.getLogger("app.runs")
 Multitask = Literal["reject", "interrupt", "enqueue"]
+#: How long a run waiting for its turn waits for a "slot freed" notification before it tries
+#: to claim again anyway.
+SLOT_WAIT_FALLBACK_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -65,8 +72,8 @@ class RunManager:
         self._slots: dict[ConversationRef, _Slot] = {}
         #: Told (synchronously; must not block) of every run that ended on this instance.
         self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
-        #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
-        self.limits = GatewayLimits(settings.limits)
+        #: Rate, conversation and subscriber limits of [limits] (app/runs/limits.py).
+        self.limits = GatewayLimits(settings.limits, backend.limit_store())
         #: [archive]: a conversation the live backend forgot is restored from it to continue.
         self.archive: Archive | None = None
 
@@ -111,18 +118,16 @@ class RunManager:
         policy = multitask or self.settings.gateway.multitask
         if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
             check_json_size(input, self.settings.limits.max_input_bytes, "input")
-        self.limits.runs.check(ref.principal)  # 429 rate_limited
+        # 429 rate_limited; counted now (atomically), given back if the run is refused.
+        ticket = await self.limits.take_run(ref.principal)
         slot = self._slots.setdefault(ref, _Slot())
         try:
-            submission = await self._submit(ref, slot, input, provider, policy)
-            self.limits.runs.record(ref.principal)
-            return submission
-        except ApiError:
+            return await self._submit(ref, slot, input, provider, policy)
+        except BaseException:
             self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
+            with contextlib.suppress(Exception):
+                await self.limits.refund_run(ref.principal, ticket)
             raise
-
-    async def _conversation_count(self, principal: str) -> int:
-        return len(await self.backend.list_conversations(principal))
 
     def _forget_if_idle(self, ref: ConversationRef, slot: _Slot) -> None:
         idle = slot.worker is None and not slot.queue and slot.current is None
@@ -151,7 +156,8 @@ class RunManager:
             name = provider or (meta.last_provider if meta else None) or self.catalog.default
             self.catalog.get(name)  # 404 unknown_provider
             if meta is None:
-                await self.limits.check_new_conversation(ref, self._conversation_count)
+                reserve = partial(self.backend.reserve_conversation, ref)
+                await self.limits.check_new_conversation(ref, reserve)
                 now = time.time() * 1000
                 meta = ConversationMeta(
                     session_id=new_session_id(),
@@ -188,9 +194,14 @@ class RunManager:
                     )
                 slot.queue.append(request)
                 status = "queued"
-            else:  # interrupt: the new run goes next, the active one is cancelled
-                await self.backend.enqueue_run(ref, request.run_id, limit=None, front=True)
-                slot.queue.appendleft(request)
+            else:  # interrupt: cancel the active run and every run accepted before this one
+                await self.backend.enqueue_run(ref, request.run_id, limit=None, interrupt=True)
+                for earlier in slot.queue:
+                    earlier.cancelled = "interrupted"
+                current = slot.current  # maybe still waiting for the slot: abort it here
+                if current is not None and not current.ended:
+                    current.abort("interrupted")
+                slot.queue.append(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
                 slot.worker = asyncio.create_task(self._work(ref, slot))
@@ -224,6 +235,8 @@ class RunManager:
                     await self.backend.release_run(ref, active.run_id)
                 if active is None or not preclaimed:
                     active = ActiveRun(request.run_id)
+                if request.cancelled is not None:  # it runs only to log its cancellation
+                    active.abort(request.cancelled)
                 slot.current = active
                 try:
                     if not preclaimed and not await self._claim_in_turn(ref, active):
@@ -266,30 +279,36 @@ class RunManager:
 
     async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
         """Wait for the run slot: the active run and the runs queued before this one go first
-        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile."""
+        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile.
+
+        Between claims it waits for the backend to say the slot was freed; the timeout is
+        only a slow fallback (a lost notification, a dead instance's lapsed ticket)."""
         while not await self.backend.claim_run(ref, active):
             if self.backend.run_dropped(ref, active.run_id):
                 return False
-            await asyncio.sleep(0.05)  # another run (maybe on another instance) goes first
+            await self.backend.wait_run_slot(ref, SLOT_WAIT_FALLBACK_SECONDS)
         return True
 
     # --- abort ---------------------------------------------------------------------------
     async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
-        """Abort the active run (or ``run_id``); a queued ``run_id`` is dropped from the queue.
-
-        The backend drops a run queued on another instance (its worker then skips it)."""
+        """Abort the active run (or ``run_id``); a queued ``run_id`` is cancelled and logs its
+        cancellation in its turn. The backend reaches a run queued on another instance."""
         slot = self._slots.get(ref)
         current = None if slot is None else slot.current
-        if current is not None and current.ended and run_id in (None, current.run_id):
-            return None  # its terminal is logged: nothing runs any more (it is finishing up)
+        if current is not None and current.ending and run_id in (None, current.run_id):
+            return None  # its end is decided: nothing runs any more (it is finishing up)
         if slot is not None and run_id is not None:
-            for request in list(slot.queue):
+            for request in slot.queue:
                 if request.run_id == run_id:
-                    slot.queue.remove(request)
-                    request.done.set()
-                    with contextlib.suppress(Exception):  # else its ticket lapses
-                        await self.backend.drop_run(ref, run_id)
+                    request.cancelled = request.cancelled or "aborted"
+                    await self.backend.request_abort(ref, run_id, "aborted")  # its ticket too
                     return run_id
+            if current is not None and current.run_id == run_id:
+                # Started here, maybe still waiting for the slot.
+                if not current.abort("aborted"):
+                    return None
+                await self.backend.request_abort(ref, run_id, "aborted")
+                return run_id
         return await self.backend.request_abort(ref, run_id, "aborted")
 
     async def wait_idle(self, ref: ConversationRef, wait: float) -> None:

@@ -111,6 +111,20 @@ async def _idle_now(gateway: Gateway, ref: ConversationRef) -> bool:
     return run is not None and run.get("status") != "running"
 
 
+def _run_over(body: dict[str, Any], run_id: str | None) -> bool:
+    """``run_id``'s terminal is in the snapshot ``body``."""
+    if run_id is None:
+        return False
+    run = body["agentState"].get("runs", {}).get(run_id)
+    return run is not None and run.get("status") != "running"
+
+
+async def _run_ended(gateway: Gateway, ref: ConversationRef, run_id: str) -> bool:
+    snapshot = await gateway.backend.snapshot(ref)
+    run = None if snapshot is None else snapshot.state.get("runs", {}).get(run_id)
+    return run is not None and run.get("status") != "running"
+
+
 async def _batches(
     gateway: Gateway, ref: ConversationRef, spec: Follow, counts: Counter[ConversationRef]
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
@@ -122,6 +136,8 @@ async def _batches(
     elif spec.since is None:
         body = await gateway.snapshot(ref)
         yield body
+        if _run_over(body, spec.until_run):
+            return
         pos = body["cursor"]
     else:
         probe = await backend.read(ref, spec.since, limit=BATCH, wait=0)
@@ -130,6 +146,8 @@ async def _batches(
         else:
             body = await gateway.snapshot(ref)
             yield body
+            if _run_over(body, spec.until_run):
+                return  # the terminal it follows is inside the snapshot
             pos = body["cursor"]
     followed = pos != EMPTY_CURSOR
     stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
@@ -144,6 +162,8 @@ async def _batches(
             if result.status != "ok":
                 body = await gateway.snapshot(ref)
                 yield body
+                if _run_over(body, spec.until_run):
+                    return  # the terminal it follows is inside the snapshot
                 pos = body["cursor"]
                 followed = pos != EMPTY_CURSOR
                 continue
@@ -151,6 +171,8 @@ async def _batches(
             if not entries:
                 if stop_at_head or gateway.closing.is_set():
                     return
+                if spec.until_run is not None and await _run_ended(gateway, ref, spec.until_run):
+                    return  # resumed after its terminal: nothing of it is left to send
                 continue
         if RUN_TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
             # The common case (no run ends in this batch): no per-entry work in Python.

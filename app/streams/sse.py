@@ -38,6 +38,8 @@ TRANSPORT_EXTENSION = "gateway.transport"
 class _GatewayEventSource(EventSourceResponse):
     gateway: Gateway
     ref: ConversationRef
+    #: The subscriber slot taken in ``sse_response`` (freed when the response ends).
+    slot: str | None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -52,7 +54,7 @@ class _GatewayEventSource(EventSourceResponse):
             if transport is not None:
                 transport.abort()
         finally:
-            self.gateway.runs.limits.subscribers.release(self.ref)  # taken in sse_response
+            await self.gateway.runs.limits.release_subscriber(self.ref, self.slot)
 
 
 def _ping() -> ServerSentEvent:
@@ -185,10 +187,10 @@ async def _frames(
             yield frame
 
 
-def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
+async def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
     """An SSE response following the conversation's log as ``spec`` says."""
     settings = gateway.settings.gateway
-    gateway.runs.limits.subscribers.acquire(ref)  # 429 too_many_subscribers; freed in __call__
+    slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
     response = _GatewayEventSource(
         _frames(gateway, ref, spec),
         headers={"Cache-Control": "no-cache"},
@@ -199,4 +201,5 @@ def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventS
     )
     response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
     response.ref = ref
+    response.slot = slot
     return response

@@ -58,8 +58,9 @@ class Control:
         self.aborts: list[str] = []
         self.commands: list[Command] = []
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
+    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> bool:
         self.aborts.append(reason)
+        return True
 
     def deliver(self, command: Command) -> None:
         self.commands.append(command)

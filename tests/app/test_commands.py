@@ -82,7 +82,7 @@ async def test_approval_flow_and_refusals(gw: RunningGateway) -> None:
         approval = next(iter(state["agentState"]["approvals"].values()))
         assert (approval["status"], approval["decision"]) == ("completed", "approved")
         late = await client.post(f"{BASE}/approvals/a1", json={"decision": "rejected"})
-        assert code(late) == (409, "run_not_running")
+        assert code(late) == (409, "approval_already_resolved")  # the target's code, run ended
 
 
 async def test_second_resolution_is_already_resolved(gw: RunningGateway) -> None:
@@ -161,7 +161,7 @@ async def test_tool_result_flow(gw: RunningGateway) -> None:
         tool = next(iter(state["agentState"]["toolCalls"].values()))
         assert (tool["status"], tool["result"]) == ("completed", {"answer": 42})
         other = await client.post(f"{BASE}/tools/t1/result", json={"result": 2})
-        assert code(other) == (409, "run_not_running")
+        assert code(other) == (409, "tool_not_awaiting_result")  # the target's code, run ended
 
 
 async def test_tool_not_awaiting_result_while_run_is_running(gw: RunningGateway) -> None:

@@ -79,3 +79,25 @@ def test_invalid_env_override_names_the_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AGENT_GATEWAY_GATEWAY__MULTITASK", "sometimes")
     with pytest.raises(ConfigError, match=r"gateway\.multitask"):
         load_settings()
+
+
+def test_env_override_of_the_builtin_demo_merges_onto_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from providers.local_demo import LocalDemoProvider
+    from providers.registry import create_provider
+
+    monkeypatch.setenv("AGENT_GATEWAY_PROVIDERS__DEMO__PACE", "0")
+    demo = load_settings().providers["demo"]
+    assert demo.kind == "local-demo"
+    provider = create_provider("demo", demo.kind, demo.to_provider_config())
+    assert isinstance(provider, LocalDemoProvider) and provider.delay == 0
+
+
+def test_env_override_of_a_demo_from_the_file_keeps_its_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[providers.demo]\nkind = "fixture"\npath = "a.jsonl"\n')
+    monkeypatch.setenv("AGENT_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("AGENT_GATEWAY_PROVIDERS__DEMO__PATH", "b.jsonl")
+    demo = load_settings().providers["demo"]
+    assert (demo.kind, demo.path) == ("fixture", "b.jsonl")

@@ -236,7 +236,9 @@ async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
     ref = ConversationRef("p", "c")
     now = 1.0
     assert await backend.create_conversation(ref, ConversationMeta("s", now, now))
-    entry = await backend.append_event(ref, {"type": "run.started", "runId": "r1"})
+    entry = await backend.append_event(
+        ref, {"type": "run.started", "runId": "r1", "sessionId": "s"}
+    )
     assert entry.event_type == "run.started"
     assert (await inner.snapshot(ref)) is not None
     backend.wake_readers()

@@ -68,7 +68,7 @@ async def test_enqueue_runs_in_order_and_is_bounded(gw: RunningGateway) -> None:
     assert runs == [first["runId"], first["runId"], second["runId"], second["runId"]]
 
 
-async def test_abort_of_a_queued_run_drops_it(gw: RunningGateway) -> None:
+async def test_abort_of_a_queued_run_cancels_it(gw: RunningGateway) -> None:
     async with gw.client() as client:
         await start_run(client, KEY, "sleep:0.5")
         queued = await start_run(client, KEY, "text:1", multitask="enqueue")
@@ -77,9 +77,10 @@ async def test_abort_of_a_queued_run_drops_it(gw: RunningGateway) -> None:
         )
         assert response.status_code == 202
         state = await wait_state(
-            client, KEY, lambda s: not s["isRequesting"] and len(s["agentState"]["runs"]) == 1
+            client, KEY, lambda s: not s["isRequesting"] and len(s["agentState"]["runs"]) == 2
         )
-        assert queued["runId"] not in state["agentState"]["runs"]
+        run = state["agentState"]["runs"][queued["runId"]]
+        assert run["status"] == "cancelled"
 
 
 async def test_refused_requests_leave_no_bookkeeping(gw: RunningGateway) -> None:

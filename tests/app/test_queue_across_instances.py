@@ -75,7 +75,7 @@ async def test_enqueued_runs_start_in_arrival_order_across_instances_and_share_o
         assert await _started_runs(cb, 5) == [first["runId"], *queued]
 
 
-async def test_a_queued_run_aborted_on_another_instance_never_starts(
+async def test_a_queued_run_aborted_on_another_instance_is_cancelled_in_its_turn(
     start_gateway: StartGateway,
 ) -> None:
     a, b = await _pair(start_gateway)
@@ -87,11 +87,14 @@ async def test_a_queued_run_aborted_on_another_instance_never_starts(
             f"/v1/conversations/{KEY}/abort", json={"runId": dropped["runId"]}
         )  # queued on A, aborted through B
         assert answer.status_code == 202 and answer.json()["runId"] == dropped["runId"]
-        # The run queued after the dropped one started: the dropped one was skipped before it.
-        assert await _started_runs(ca, 2) == [first["runId"], last["runId"]]
-        await eventually(lambda: a.gateway.runs.active_count() == 0, what="the last run ends")
-        state = (await ca.get(f"/v1/conversations/{KEY}/state")).json()
-        assert dropped["runId"] not in state["agentState"]["runs"]
+        assert await _started_runs(ca, 3) == [first["runId"], dropped["runId"], last["runId"]]
+        frames = await collect_sse(ca, EVENTS, params={"since": "0", "untilIdle": "true"})
+    events = [orjson.loads(f.data) for f in frames if f.event == "message"]
+    ends = {e["runId"]: e for e in events if e["type"] in ("run.completed", "run.cancelled")}
+    assert ends[dropped["runId"]]["type"] == "run.cancelled"
+    assert ends[dropped["runId"]]["payload"]["reason"] == "aborted"
+    assert ends[last["runId"]]["type"] == "run.completed"
+    assert a.gateway.runs.active_count() == 0
 
 
 async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway) -> None:
@@ -102,7 +105,7 @@ async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway)
         await start_run(ca, KEY, "text:1")  # the conversation exists and is idle again
         await _started_runs(ca, 1)
         ghost = RunQueue(backend.redis, "ghost", ttl_ms=2000)  # an instance that never renews
-        assert await ghost.enqueue(keys, "run_ghost", None, front=False)
+        assert await ghost.enqueue(keys, "run_ghost", None, interrupt=False)
         waiting = await ca.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
         assert waiting.status_code == 409  # the ghost's run is first in line
         body = {"input": {"prompt": "text:1"}, "multitask": "reject"}

@@ -11,7 +11,7 @@ from app.api.http import GatewayDep, GatewayRoute, Ref
 from app.api.idempotency import idempotent
 from app.api.responses import JSON
 from app.api.schemas import ApprovalBody, CommandAccepted, ToolResultBody
-from app.runs.commands import resolve_approval, retry_tool, submit_tool_result
+from app.runs.commands import resolve_approval, retry_tool, submit_tool_result, target_scope
 from app.runs.limits import check_json_size
 
 __all__ = ["router"]
@@ -45,6 +45,7 @@ async def approve(
         lambda: resolve_approval(
             gateway, ref, approval_id, body.decision, body.data, body.expectedVersion
         ),
+        lambda: target_scope(gateway, ref, "approvals", approval_id),
     )
     return JSON(answer, status_code=202)
 
@@ -71,6 +72,7 @@ async def tool_result(
         f"tools/{tool_call_id}/result",
         body.model_dump(exclude_unset=True),
         lambda: submit_tool_result(gateway, ref, tool_call_id, body.result, body.isError),
+        lambda: target_scope(gateway, ref, "toolCalls", tool_call_id),
     )
     return JSON(answer, status_code=202)
 
@@ -96,5 +98,6 @@ async def tool_retry(
         f"tools/{tool_call_id}/retry",
         {},
         lambda: retry_tool(gateway, ref, tool_call_id),
+        lambda: target_scope(gateway, ref, "toolCalls", tool_call_id),
     )
     return JSON(answer, status_code=202)

@@ -57,6 +57,7 @@ async def _accept(
     idempotency_key: str | None,
     *,
     reload: bool,
+    last_event_id: str | None = None,
 ) -> Response:
     input = body.input
     if input is not None:  # also checked by runs.submit (WebSocket requests)
@@ -71,7 +72,7 @@ async def _accept(
         return submission
 
     if stream:
-        gateway.runs.limits.subscribers.check(ref)  # 429 before the run is accepted, not after
+        await gateway.runs.limits.check_subscriber(ref)  # 429 before the run is accepted
     if not idempotency_key:  # an empty header is no key (never a derived one)
         answer = (await submit()).body
     else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
@@ -83,9 +84,12 @@ async def _accept(
         answer = await idempotent(
             gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
         )
-    if stream:
-        spec = Follow(start=answer["cursor"], until_run=answer["runId"])
-        return sse_response(gateway, ref, spec)
+    if stream:  # a reconnect (Last-Event-ID) continues after what it already received
+        if last_event_id:
+            spec = Follow(since=last_event_id, until_run=answer["runId"])
+        else:
+            spec = Follow(start=answer["cursor"], until_run=answer["runId"])
+        return await sse_response(gateway, ref, spec)
     return JSON(answer, status_code=202)
 
 
@@ -102,8 +106,11 @@ async def start_run(
     body: RunBody,
     stream: bool = Query(False, description="Answer with the SSE stream of this run"),
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> Response:
-    return await _accept(gateway, ref, body, stream, idempotency_key, reload=False)
+    return await _accept(
+        gateway, ref, body, stream, idempotency_key, reload=False, last_event_id=last_event_id
+    )
 
 
 @router.post(
@@ -119,8 +126,17 @@ async def reload_run(
     body: Annotated[ReloadBody | None, Body()] = None,
     stream: bool = Query(False),
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> Response:
-    return await _accept(gateway, ref, body or ReloadBody(), stream, idempotency_key, reload=True)
+    return await _accept(
+        gateway,
+        ref,
+        body or ReloadBody(),
+        stream,
+        idempotency_key,
+        reload=True,
+        last_event_id=last_event_id,
+    )
 
 
 @router.post(

@@ -34,4 +34,4 @@ async def events(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
 ) -> Response:
     resume = last_event_id or since
-    return sse_response(gateway, ref, Follow(since=resume or None, until_idle=until_idle))
+    return await sse_response(gateway, ref, Follow(since=resume or None, until_idle=until_idle))

@@ -226,9 +226,9 @@ async def conversation_ws(
         await websocket.close(code=1008, reason="invalid conversationKey")
         return
     ref = ConversationRef(principal, conversationKey)
-    subscribers = gateway.runs.limits.subscribers
+    limits = gateway.runs.limits
     try:
-        subscribers.acquire(ref)
+        slot = await limits.acquire_subscriber(ref)
     except ApiError as exc:  # too_many_subscribers: say why, then "try again later"
         await websocket.send_text(
             orjson.dumps({"type": "error", "code": exc.code, "message": exc.message}).decode()
@@ -240,7 +240,7 @@ async def conversation_ws(
         with gateway.track_socket(), gateway.metrics.track_subscriber("ws"):
             await _serve(session, since or None)
     finally:
-        subscribers.release(ref)
+        await limits.release_subscriber(ref, slot)
 
 
 async def _serve(session: _Session, since: str | None) -> None:

@@ -37,6 +37,7 @@ from app.backends.redis.errors import RunFenced
 from app.backends.redis.idempotency import RedisIdempotency
 from app.backends.redis.instance import RedisInstance
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys
+from app.backends.redis.limits import RedisLimits
 from app.backends.redis.queued_runs import RedisQueuedRuns
 from app.backends.redis.reads import RedisReads
 from app.backends.redis.run_signals import RedisRunSignals
@@ -109,6 +110,7 @@ class RedisBackend(Backend):
         i = self.instance
         await i.bus.start()
         i.tickets.start()
+        i.limits.start()
         interval = max(0.25, i.lease_ttl_ms / 2000)
         self._sweeper = asyncio.create_task(
             i.reaper.sweep_forever(interval), name="redis-lost-owners"
@@ -126,6 +128,7 @@ class RedisBackend(Backend):
             await owned.stop()
         i.owned.clear()
         await i.tickets.stop()
+        await i.limits.stop()
         await i.hub.close()
         await i.bus.stop()
         await i.cancel_background()
@@ -153,6 +156,12 @@ class RedisBackend(Backend):
 
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         return await self.conversations.list_conversations(principal)
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        return await self.conversations.reserve_conversation(ref, limit)
+
+    def limit_store(self) -> RedisLimits:
+        return self.conversations.limit_store()
 
     # --- log and state -------------------------------------------------------------------
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
@@ -185,19 +194,25 @@ class RedisBackend(Backend):
     async def active_run(self, ref: ConversationRef) -> str | None:
         return await self.run_slots.active_run(ref)
 
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        await self.run_slots.wait_run_slot(ref, wait)
+
     async def request_abort(
         self, ref: ConversationRef, run_id: str | None, reason: AbortReason = "aborted"
     ) -> str | None:
         return await self.run_signals.request_abort(ref, run_id, reason)
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return await self.run_signals.end_run(ref, run_id)
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         return await self.run_signals.send_command(ref, run_id, command)
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        return await self.queued.enqueue_run(ref, run_id, limit=limit, front=front)
+        return await self.queued.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self.queued.drop_run(ref, run_id)

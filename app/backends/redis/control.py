@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.scripts import ABORT, COMMAND
+from app.backends.redis.scripts import ABORT, COMMAND, END, ENDED
 from app.backends.redis.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class Control:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._abort = redis.register_script(ABORT)
+        self._end = redis.register_script(END)
         self._command = redis.register_script(COMMAND)
 
     async def abort(self, keys: ConversationKeys, run_id: str | None, reason: str) -> str | None:
@@ -46,6 +47,12 @@ class Control:
             keys=[keys.run, keys.abort, keys.lease],
             args=[run_id or "", reason, ABORT_FLAG_TTL_MS, keys.ctl],
         )
+        return _s(res) if res else None
+
+    async def end(self, keys: ConversationKeys, run_id: str) -> str | None:
+        """The owner decides its run's end: the reason of an abort already requested, else
+        None (and later aborts of the run answer None)."""
+        res = await self._end(keys=[keys.abort], args=[run_id, ABORT_FLAG_TTL_MS])
         return _s(res) if res else None
 
     async def command(
@@ -188,7 +195,7 @@ class OwnerInbox:
             flag, commands, _ = await pipe.execute()
         if flag and not self._aborted:
             run_id, _, reason = _s(flag).partition("|")
-            if run_id == self._run_id:
+            if run_id == self._run_id and reason != ENDED:
                 self._aborted = True
                 self._on_abort(reason or "aborted")
         for raw in commands or ():

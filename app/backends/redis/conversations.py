@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 
 import orjson
 from redis.exceptions import RedisError
@@ -10,6 +11,12 @@ from redis.exceptions import RedisError
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import principal_index_key
+from app.backends.redis.limits import (
+    RESERVE_CONVERSATION,
+    RESERVED_PREFIX,
+    RedisLimits,
+    reservation_fresh,
+)
 from app.backends.redis.scripts import CREATE, SAVE_META
 from app.backends.roles import ConversationStore
 from app.backends.types import ConversationMeta, ConversationRef
@@ -23,6 +30,7 @@ class RedisConversations(ConversationStore):
         self._i = instance
         self._create = instance.redis.register_script(CREATE)
         self._save_meta = instance.redis.register_script(SAVE_META)
+        self._reserve = instance.redis.register_script(RESERVE_CONVERSATION)
 
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
         i = self._i
@@ -44,7 +52,22 @@ class RedisConversations(ConversationStore):
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         keys = self._i.keys(ref)
         with unavailable():
-            await self._save_meta(keys=[keys.meta], args=[orjson.dumps(meta.to_dict())])
+            await self._save_meta(
+                keys=[keys.meta], args=[orjson.dumps(meta.to_dict()), meta.session_id]
+            )
+
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        if await self.get_meta(ref) is not None:
+            return True
+        index = principal_index_key(ref.principal, self._i.prefix)
+        await self.list_conversations(ref.principal)  # drops the expired from the index first
+        with unavailable():
+            reservation = f"{RESERVED_PREFIX}{int(time.time() * 1000)}"
+            res = await self._reserve(keys=[index], args=[ref.key, limit, reservation])
+        return bool(int(res))
+
+    def limit_store(self) -> RedisLimits:
+        return self._i.limits
 
     async def delete(self, ref: ConversationRef) -> bool:
         i = self._i
@@ -75,7 +98,8 @@ class RedisConversations(ConversationStore):
         i = self._i
         index = principal_index_key(principal, i.prefix)
         with unavailable():
-            names = [text(k) for k in await i.redis.hkeys(index)]
+            listed = {text(k): text(v) for k, v in (await i.redis.hgetall(index)).items()}
+            names = list(listed)
             if not names:
                 return []
             async with i.redis.pipeline(transaction=False) as pipe:
@@ -84,9 +108,11 @@ class RedisConversations(ConversationStore):
                 metas = await pipe.execute()
         out: list[tuple[str, ConversationMeta]] = []
         stale: list[str] = []
+        now_ms = time.time() * 1000
         for name, raw in zip(names, metas, strict=True):
             if raw is None:
-                stale.append(name)  # expired (conversation_ttl_seconds)
+                if not reservation_fresh(listed[name], now_ms):  # being created: it counts
+                    stale.append(name)  # expired (conversation_ttl_seconds)
             else:
                 out.append((name, ConversationMeta.from_dict(orjson.loads(raw))))
         if stale:

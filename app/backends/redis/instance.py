@@ -25,6 +25,7 @@ from app.backends.redis.errors import RunFenced
 from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog
 from app.backends.redis.fanout import ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
+from app.backends.redis.limits import RedisLimits
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.redis.queue import RunQueue, TicketKeeper
 from app.backends.redis.reaper import Reaper
@@ -72,6 +73,10 @@ class RedisInstance:
         self.tickets = TicketKeeper(self.queue)
         #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete).
         self.dropped: set[tuple[str, str]] = set()
+        #: Runs of this instance waiting for a conversation's slot, by tag (``wait_run_slot``).
+        self.slot_waiters: dict[str, set[asyncio.Event]] = {}
+        #: The ``[limits]`` counters, shared by every instance.
+        self.limits = RedisLimits(redis, self.prefix, self.lease_ttl_ms)
         self.bus = ControlBus(redis)
         self.states = StateCache(redis, self.log, replica_cache)
         #: The runs this instance owns, by conversation tag.
@@ -103,6 +108,13 @@ class RedisInstance:
         for task in list(self._bg):
             with contextlib.suppress(BaseException):
                 await task
+
+    async def slot_freed(self, keys: ConversationKeys) -> None:
+        """Wake the runs waiting for this conversation's slot, here and on other instances."""
+        for freed in self.slot_waiters.get(keys.tag, ()):
+            freed.set()
+        with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
+            await self.redis.publish(keys.turn, "freed")
 
     async def touch(self, keys: ConversationKeys) -> None:
         """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``)."""

@@ -19,8 +19,11 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:cmd     list     commands for the owner (RPUSH here, LPOP there)
     P:{T}:inflight set     targets (approval / tool call ids) with a command in flight
     P:{T}:ctl     channel  pub/sub wake-ups for the owner: "abort" | "cmd"
+    P:{T}:turn    channel  pub/sub wake-ups for runs waiting for the slot: it was freed
     P:{T}:queue   zset     enqueued runs waiting for the slot, in arrival order (``queue.py``)
     P:{T}:qlive   hash     run id -> liveness deadline (ms, Redis time) of each queued run
+    P:{T}:qcancel hash     run id -> reason ("interrupted" | "aborted") of a queued run that was
+                           cancelled before it started (it logs its cancellation in its turn)
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
 whose hash is ``H``) and ``P:idem:{H}`` (idempotency records, by hash of their scope).
@@ -102,12 +105,20 @@ class ConversationKeys:
         return self._k("ctl")
 
     @property
+    def turn(self) -> str:
+        return self._k("turn")
+
+    @property
     def queue(self) -> str:
         return self._k("queue")
 
     @property
     def qlive(self) -> str:
         return self._k("qlive")
+
+    @property
+    def qcancel(self) -> str:
+        return self._k("qcancel")
 
     def all_keys(self) -> tuple[str, ...]:
         """Every data key (not the channel): what a DELETE removes."""
@@ -123,6 +134,7 @@ class ConversationKeys:
             self.inflight,
             self.queue,
             self.qlive,
+            self.qcancel,
         )
 
 

@@ -1,11 +1,16 @@
 """The cluster-wide FIFO of enqueued runs: one sorted set of tickets per conversation.
 
 ``multitask: "enqueue"`` (and ``interrupt``) on any instance puts a ticket (the run id) in
-``P:{T}:queue`` (score = arrival order; ``interrupt`` goes first) and records its liveness
-deadline in ``P:{T}:qlive``. The claim of the run slot is ordered by it (:data:`CLAIM_ORDERED`,
-a superset of ``scripts.CLAIM``): a queued run takes the slot only when its ticket is first, and
-a run without a ticket only when nobody waits. So runs start in arrival order whichever instance
-accepted them, and the bound (``enqueue_max``) counts the tickets of every instance.
+``P:{T}:queue`` (score = arrival order) and records its liveness deadline in ``P:{T}:qlive``.
+The claim of the run slot is ordered by it (:data:`CLAIM_ORDERED`, a superset of
+``scripts.CLAIM``): a queued run takes the slot only when its ticket is first, and a run without
+a ticket only when nobody waits. So runs start in arrival order whichever instance accepted
+them, and the bound (``enqueue_max``) counts the tickets of every instance.
+
+An ``interrupt`` marks, in the same script, every ticket already waiting as cancelled
+(``P:{T}:qcancel``), as does an abort naming a queued run: such a run still takes the slot in
+its turn and its claim answers the reason, so it logs its cancellation without reaching the
+upstream (every accepted run ends in exactly one terminal event).
 
 The instance holding the run's input keeps its tickets alive (:class:`TicketKeeper`, every
 ttl/3); tickets of a dead instance lapse after the lease TTL and are pruned by the next script.
@@ -37,24 +42,25 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   if tonumber(redis.call('HGET', KEYS[2], m) or '0') < now then
     redis.call('ZREM', KEYS[1], m)
     redis.call('HDEL', KEYS[2], m)
+    redis.call('HDEL', KEYS[3], m)
   end
 end
 """
 
-#: KEYS: queue, qlive.  ARGV: run_id, limit (-1 = none), front (0/1), ttl_ms.
-#: -> 1 queued | 0 full
+#: KEYS: queue, qlive, qcancel.  ARGV: run_id, limit (-1 = none), interrupt (0/1), ttl_ms.
+#: -> 1 queued | 0 full.  With interrupt, every ticket already waiting is marked "interrupted".
 ENQUEUE: Final = (
     _PRELUDE
     + """
 local limit = tonumber(ARGV[2])
 if limit >= 0 and redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
 local score = now * 1000
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then score = math.max(score, tonumber(last[2]) + 1) end
 if ARGV[3] == '1' then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if first[2] then score = math.min(score, tonumber(first[2]) - 1) end
-else
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if last[2] then score = math.max(score, tonumber(last[2]) + 1) end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    redis.call('HSET', KEYS[3], m, 'interrupted')
+  end
 end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], now + tonumber(ARGV[4]))
@@ -62,9 +68,10 @@ return 1
 """
 )
 
-#: KEYS: queue, qlive, run, lease, fence.  ARGV: instance, run_id, ttl_ms, ticketed (0/1).
-#: -> {"ok", token} | {"busy"|"lost", holder} | {"queued", ""} (not its turn) |
-#:    {"gone", ""} (its ticket was removed: aborted or deleted)
+#: KEYS: queue, qlive, qcancel, run, lease, fence.  ARGV: instance, run_id, ttl_ms, ticketed.
+#: -> {"ok", token, reason} (reason "" unless it was cancelled while queued) |
+#:    {"busy"|"lost", holder} | {"queued", ""} (not its turn) |
+#:    {"gone", ""} (its ticket was removed: deleted, or lapsed)
 CLAIM_ORDERED: Final = (
     _PRELUDE
     + """
@@ -75,28 +82,38 @@ if ARGV[4] == '1' then
 elseif redis.call('ZCARD', KEYS[1]) > 0 then
   return {'queued', ''}
 end
-local holder = redis.call('GET', KEYS[3])
+local holder = redis.call('GET', KEYS[4])
 if holder then
-  if redis.call('EXISTS', KEYS[4]) == 1 then return {'busy', holder} end
+  if redis.call('EXISTS', KEYS[5]) == 1 then return {'busy', holder} end
   return {'lost', holder}
 end
-local n = redis.call('INCR', KEYS[5])
+local n = redis.call('INCR', KEYS[6])
 local token = n .. '|' .. ARGV[1] .. '|' .. ARGV[2]
-redis.call('SET', KEYS[3], token)
-redis.call('SET', KEYS[4], token, 'PX', ARGV[3])
+redis.call('SET', KEYS[4], token)
+redis.call('SET', KEYS[5], token, 'PX', ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
-return {'ok', token}
+local reason = redis.call('HGET', KEYS[3], ARGV[2]) or ''
+redis.call('HDEL', KEYS[3], ARGV[2])
+return {'ok', token, reason}
 """
 )
 
-#: KEYS: queue, qlive.  -> how many live tickets wait (lapsed ones are pruned first)
+#: KEYS: queue, qlive, qcancel.  -> how many live tickets wait (lapsed ones are pruned first)
 COUNT: Final = _PRELUDE + "return redis.call('ZCARD', KEYS[1])\n"
 
-#: KEYS: queue, qlive.  ARGV: run_id.  -> 1 removed | 0 not queued
+#: KEYS: queue, qlive, qcancel.  ARGV: run_id.  -> 1 removed | 0 not queued
 DROP: Final = """
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+#: KEYS: queue, qcancel.  ARGV: run_id, reason.  -> 1 marked cancelled | 0 not queued
+CANCEL: Final = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
 """
 
 #: KEYS: queue, qlive.  ARGV: ttl_ms, run ids.  Push back the deadlines of tickets still queued.
@@ -115,11 +132,13 @@ def _s(value: Any) -> str:
 
 
 class OrderedClaim:
-    __slots__ = ("holder", "status")
+    __slots__ = ("cancelled", "holder", "status")
 
-    def __init__(self, status: ClaimAnswer, holder: str) -> None:
+    def __init__(self, status: ClaimAnswer, holder: str, cancelled: str = "") -> None:
         self.status = status
         self.holder = holder
+        #: ``ok`` of a run cancelled while it was queued: the reason ("" when it was not).
+        self.cancelled = cancelled
 
 
 class RunQueue:
@@ -132,33 +151,46 @@ class RunQueue:
         self._enqueue = redis.register_script(ENQUEUE)
         self._claim = redis.register_script(CLAIM_ORDERED)
         self._drop = redis.register_script(DROP)
+        self._cancel = redis.register_script(CANCEL)
         self._count = redis.register_script(COUNT)
         self._renew = redis.register_script(RENEW)
 
     async def enqueue(
-        self, keys: ConversationKeys, run_id: str, limit: int | None, front: bool
+        self, keys: ConversationKeys, run_id: str, limit: int | None, interrupt: bool
     ) -> bool:
         res = await self._enqueue(
-            keys=[keys.queue, keys.qlive],
-            args=[run_id, ENQUEUE_UNBOUNDED if limit is None else limit, int(front), self.ttl_ms],
+            keys=[keys.queue, keys.qlive, keys.qcancel],
+            args=[
+                run_id,
+                ENQUEUE_UNBOUNDED if limit is None else limit,
+                int(interrupt),
+                self.ttl_ms,
+            ],
         )
         return bool(int(res))
 
     async def claim(self, keys: ConversationKeys, run_id: str, ticketed: bool) -> OrderedClaim:
         res = await self._claim(
-            keys=[keys.queue, keys.qlive, keys.run, keys.lease, keys.fence],
+            keys=[keys.queue, keys.qlive, keys.qcancel, keys.run, keys.lease, keys.fence],
             args=[self.instance_id, run_id, self.ttl_ms, int(ticketed)],
         )
         status = _s(res[0])
         if status not in ("ok", "busy", "lost", "queued", "gone"):
             raise RuntimeError(f"unexpected claim answer {status!r}")
-        return OrderedClaim(status, _s(res[1]))  # type: ignore[arg-type]
+        cancelled = _s(res[2]) if len(res) > 2 else ""
+        return OrderedClaim(status, _s(res[1]), cancelled)  # type: ignore[arg-type]
 
     async def count(self, keys: ConversationKeys) -> int:
-        return int(await self._count(keys=[keys.queue, keys.qlive]))
+        return int(await self._count(keys=[keys.queue, keys.qlive, keys.qcancel]))
 
     async def drop(self, keys: ConversationKeys, run_id: str) -> bool:
-        return bool(int(await self._drop(keys=[keys.queue, keys.qlive], args=[run_id])))
+        res = await self._drop(keys=[keys.queue, keys.qlive, keys.qcancel], args=[run_id])
+        return bool(int(res))
+
+    async def cancel(self, keys: ConversationKeys, run_id: str, reason: str) -> bool:
+        """Mark a queued run cancelled (it logs its cancellation in its turn); False if not
+        queued."""
+        return bool(int(await self._cancel(keys=[keys.queue, keys.qcancel], args=[run_id, reason])))
 
     async def renew(self, keys: ConversationKeys, run_ids: list[str]) -> None:
         await self._renew(keys=[keys.queue, keys.qlive], args=[self.ttl_ms, *run_ids])

@@ -20,11 +20,11 @@ class RedisQueuedRuns(QueuedRuns):
         self._i = instance
 
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
         keys = self._i.keys(ref)
         with unavailable():
-            queued = await self._i.queue.enqueue(keys, run_id, limit, front)
+            queued = await self._i.queue.enqueue(keys, run_id, limit, interrupt)
         if queued:
             self._i.tickets.add(keys, run_id)
         return queued
@@ -33,7 +33,10 @@ class RedisQueuedRuns(QueuedRuns):
         keys = self._i.keys(ref)
         self._i.tickets.discard(keys, run_id)  # no longer renewed: it lapses if Redis is down
         with unavailable():
-            return await self._i.queue.drop(keys, run_id)
+            dropped = await self._i.queue.drop(keys, run_id)
+        if dropped:  # the run after it may be first now
+            await self._i.slot_freed(keys)
+        return dropped
 
     def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
         item = (self._i.keys(ref).tag, run_id)

@@ -1,7 +1,8 @@
 """Aborts and commands on Redis: straight to a run this instance owns, else through Redis.
 
 A signal for another instance's run goes through its abort flag / command list (polled by the
-owner's inbox, woken by pub/sub, :mod:`.control`); an abort of a queued run drops its ticket.
+owner's inbox, woken by pub/sub, :mod:`.control`); an abort of a queued run marks its ticket
+cancelled (it ends in its turn). ``end_run`` is the owner's side of the abort race (END script).
 """
 
 from __future__ import annotations
@@ -34,16 +35,21 @@ class RedisRunSignals(RunSignals):
         keys = i.keys(ref)
         owned = i.owned.get(keys.tag)
         if owned is not None and not owned.fenced and run_id in (None, owned.token.run_id):
-            owned.control.abort(reason)  # ours: no round trip needed to reach the run
-            return owned.token.run_id
+            # Ours: no round trip needed to reach the run (None once its end is decided).
+            return owned.token.run_id if owned.control.abort(reason) else None
         with unavailable():
             aborted = None
             if await i.holder(keys) is not None:
                 aborted = await i.control.abort(keys, run_id, reason)
-            if aborted is None and run_id is not None and await i.queue.drop(keys, run_id):
-                i.tickets.discard(keys, run_id)  # a queued run (of any instance): dropped
-                return run_id
+            if aborted is None and run_id is not None:
+                # A queued run (of any instance) is cancelled: it logs that in its turn.
+                if await i.queue.cancel(keys, run_id, reason):
+                    return run_id
             return aborted
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        with unavailable():
+            return await self._i.control.end(self._i.keys(ref), run_id)
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         i = self._i

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import cast
 
 import orjson
 
@@ -17,11 +18,13 @@ from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import Fenced, FencedWriter
 from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.roles import RunSlots
 from app.backends.types import ConversationRef, RunControl
 from app.ids import new_token
+from core.runs import AbortReason
 from providers.contract import Command
 
 __all__ = ["RedisRunSlots"]
@@ -94,7 +97,30 @@ class RedisRunSlots(RunSlots):
         )
         i.owned[keys.tag] = owned
         owned.start()
+        if claim.cancelled:  # cancelled while it was queued: it ends at once, in its turn
+            control.abort(cast(AbortReason, claim.cancelled))
         return True
+
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        i = self._i
+        keys = i.keys(ref)
+        freed = asyncio.Event()
+
+        def wake(_: str) -> None:
+            freed.set()
+
+        i.bus.add(keys.turn, wake)  # freed on another instance
+        i.slot_waiters.setdefault(keys.tag, set()).add(freed)  # freed here
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), wait)
+        finally:
+            i.bus.remove(keys.turn, wake)
+            waiters = i.slot_waiters.get(keys.tag)
+            if waiters is not None:
+                waiters.discard(freed)
+                if not waiters:
+                    del i.slot_waiters[keys.tag]
 
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
         i = self._i
@@ -102,6 +128,13 @@ class RedisRunSlots(RunSlots):
         owned = i.owned.get(keys.tag)
         if owned is None or owned.token.run_id != run_id:
             return
+        try:
+            await self._release_owned(keys, owned)
+        finally:
+            await i.slot_freed(keys)
+
+    async def _release_owned(self, keys: ConversationKeys, owned: OwnedRun) -> None:
+        i = self._i
         await owned.stop()
         owned.released = True  # snapshot() reads Redis from now on (others may append)
         try:

@@ -106,17 +106,36 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 """
 
+#: The abort key's reason once the owner has decided its run's end (``END``).
+ENDED: Final = "~ended"
+
 #: KEYS: run, abort, lease.  ARGV: run_id ('' = the active run), reason, flag ttl_ms, channel.
 #: Set the abort flag the owner polls AND publish a wake-up (pub/sub may drop).
-#: -> the aborted run id | false (nothing running, or another run is active)
+#: -> the aborted run id | false (nothing running, another run is active, or the owner has
+#: already decided how its run ends: an abort answered true always ends it cancelled)
 ABORT: Final = """
 local holder = redis.call('GET', KEYS[1])
 if not holder then return false end
 local run_id = string.match(holder, '^[^|]*|[^|]*|(.*)$')
 if ARGV[1] ~= '' and ARGV[1] ~= run_id then return false end
+if redis.call('GET', KEYS[2]) == run_id .. '|~ended' then return false end
 redis.call('SET', KEYS[2], run_id .. '|' .. ARGV[2], 'PX', ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'abort')
 return run_id
+"""
+
+#: KEYS: abort.  ARGV: run_id, flag ttl_ms.  The owner decides its run's end, atomically with
+#: ABORT: -> the reason of an abort already flagged for the run | false (then the flag says
+#: "ended" and every later ABORT of the run answers false)
+END: Final = """
+local flag = redis.call('GET', KEYS[1])
+local prefix = ARGV[1] .. '|'
+if flag and string.sub(flag, 1, #prefix) == prefix then
+  local reason = string.sub(flag, #prefix + 1)
+  if reason ~= '~ended' then return reason end
+end
+redis.call('SET', KEYS[1], prefix .. '~ended', 'PX', ARGV[2])
+return false
 """
 
 #: KEYS: run, cmd, inflight.  ARGV: run_id, command JSON ('' = do not queue: the owner is
@@ -143,9 +162,13 @@ redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
 return 1
 """
 
-#: KEYS: meta.  ARGV: meta JSON.  Update the meta of an existing conversation. -> 1 | 0
+#: KEYS: meta.  ARGV: meta JSON, its session id.  Update the meta of an existing conversation
+#: of the same incarnation (a run of a deleted conversation never writes into a new one, whose
+#: session id differs). -> 1 | 0
 SAVE_META: Final = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local stored = redis.call('HGET', KEYS[1], 'meta')
+if not stored then return 0 end
+if cjson.decode(stored)['sessionId'] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
 """

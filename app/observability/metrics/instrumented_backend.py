@@ -21,6 +21,7 @@ from providers.contract import Command
 if TYPE_CHECKING:
     from prometheus_client.metrics import Counter, Histogram
 
+    from app.backends.limit_store import LimitStore
     from app.observability.metrics.registry import GatewayMetrics
 
 __all__ = ["InstrumentedBackend"]
@@ -98,6 +99,13 @@ class InstrumentedBackend(Backend):
     async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
         return await self._call("list_conversations", self._inner.list_conversations(principal))
 
+    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
+        call = self._inner.reserve_conversation(ref, limit)
+        return await self._call("reserve_conversation", call)
+
+    def limit_store(self) -> LimitStore | None:
+        return self._inner.limit_store()
+
     # --- log and state -------------------------------------------------------------------
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         return await self._call("append_event", self._inner.append_event(ref, event))
@@ -130,19 +138,26 @@ class InstrumentedBackend(Backend):
     async def active_run(self, ref: ConversationRef) -> str | None:
         return await self._call("active_run", self._inner.active_run(ref))
 
+    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
+        # A wait for a notification, like ``read``: only its errors are counted.
+        await self._call("wait_run_slot", self._inner.wait_run_slot(ref, wait), timed=False)
+
     async def request_abort(
         self, ref: ConversationRef, run_id: str | None, reason: AbortReason = "aborted"
     ) -> str | None:
         return await self._call("request_abort", self._inner.request_abort(ref, run_id, reason))
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        return await self._call("end_run", self._inner.end_run(ref, run_id))
 
     async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
         return await self._call("send_command", self._inner.send_command(ref, run_id, command))
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, front: bool = False
+        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        call = self._inner.enqueue_run(ref, run_id, limit=limit, front=front)
+        call = self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
         return await self._call("enqueue_run", call)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:

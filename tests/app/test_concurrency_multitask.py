@@ -1,0 +1,153 @@
+"""Multitask under concurrency: runs start in acceptance order, an interrupt cancels every run
+accepted before it that has not started, and every 202 ends in exactly one terminal event."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tests.app.concurrency_support import (
+    TERMINALS,
+    CountingProvider,
+    Gateways,
+    gateways,
+    run_log,
+    ws_requests,
+)
+from tests.app.helpers import collect_sse, events_of, start_run, wait_state
+
+__all__ = ["gateways"]
+
+TRIALS = 6
+
+
+async def _log(client: httpx.AsyncClient, key: str) -> list[dict[str, Any]]:
+    frames = await collect_sse(
+        client, f"/v1/conversations/{key}/events", params={"since": "0", "untilIdle": "true"}
+    )
+    return events_of(frames)
+
+
+def _cancelled_before_start(events: list[dict[str, Any]], run_id: str, reason: str) -> None:
+    """run.started, the user message and run.cancelled (``reason``), nothing else."""
+    own = [e for e in events if e["runId"] == run_id and not e["type"].startswith("session.")]
+    kinds = [e["type"] for e in own]
+    assert kinds[0] == "run.started" and kinds[-1] == "run.cancelled", kinds
+    assert "message.completed" in kinds or "message.started" in kinds, kinds
+    assert own[-1]["payload"]["reason"] == reason
+    assert not [k for k in kinds if k.startswith(("tool.", "approval."))], kinds
+
+
+def _one_terminal_each(events: list[dict[str, Any]], run_ids: list[str]) -> None:
+    for run_id in run_ids:
+        ends = [e for e in events if e["runId"] == run_id and e["type"] in TERMINALS]
+        assert len(ends) == 1, (run_id, run_log(events))
+
+
+async def test_interrupt_right_after_an_accepted_run_cancels_it(gateways: Gateways) -> None:
+    """Two back-to-back WebSocket requests: the first is accepted but has not started when
+    the interrupt arrives; it is cancelled without reaching the upstream and never runs after."""
+    provider = CountingProvider()
+    gw = await gateways(providers={"demo": provider})
+    keys = [f"ws-int-{i}" for i in range(TRIALS)]
+    for key in keys:
+        first, second = await ws_requests(
+            gw,
+            key,
+            [
+                {"op": "request", "input": {"prompt": "slow text:1 sleep:30"}},
+                {"op": "request", "input": {"prompt": "fast text:2"}, "multitask": "interrupt"},
+            ],
+        )
+        async with gw.client() as client:
+            events = await _log(client, key)
+        assert run_log(events) == [
+            (first, "run.started"),
+            (first, "run.cancelled"),
+            (second, "run.started"),
+            (second, "run.completed"),
+        ]
+        _cancelled_before_start(events, first, "interrupted")
+    assert "slow text:1 sleep:30" not in provider.reached
+
+
+async def test_concurrent_posts_with_interrupt_never_run_the_interrupted_one_after(
+    gateways: Gateways,
+) -> None:
+    """Two POSTs at once, the second with ``interrupt``: whatever the interleaving, the one
+    accepted first ends before the other starts, and each 202 ends in one terminal."""
+    gw = await gateways(providers={"demo": CountingProvider()})
+    async with gw.client() as client:
+        for trial in range(TRIALS):
+            key = f"http-int-{trial}"
+            path = f"/v1/conversations/{key}/runs"
+            a, b = await asyncio.gather(
+                client.post(path, json={"input": {"prompt": "text:1 sleep:30"}}),
+                client.post(path, json={"input": {"prompt": "text:2"}, "multitask": "interrupt"}),
+            )
+            assert b.status_code == 202, b.text
+            assert a.status_code in (202, 409), a.text
+            events = await _log(client, key)
+            b_id = b.json()["runId"]
+            if a.status_code == 409:  # B was first: A was refused, nothing of it logged
+                assert run_log(events) == [(b_id, "run.started"), (b_id, "run.completed")]
+                continue
+            a_id = a.json()["runId"]
+            log = run_log(events)
+            assert log[:2] == [(a_id, "run.started"), (a_id, "run.cancelled")], log
+            assert log[2:] == [(b_id, "run.started"), (b_id, "run.completed")], log
+            _one_terminal_each(events, [a_id, b_id])
+
+
+async def test_interrupt_cancels_every_queued_run_accepted_before_it(gateways: Gateways) -> None:
+    provider = CountingProvider()
+    gw = await gateways(providers={"demo": provider})
+    key = "queued-int"
+    async with gw.client() as client:
+        active = await start_run(client, key, "active text:1 sleep:30")
+        await wait_state(client, key, lambda s: s["isRequesting"])
+        queued = [
+            await start_run(client, key, f"queued{i} text:1", multitask="enqueue") for i in range(2)
+        ]
+        assert [q["status"] for q in queued] == ["queued", "queued"]
+        last = await start_run(client, key, "last text:1", multitask="interrupt")
+        events = await _log(client, key)
+    ids = [active["runId"], *(q["runId"] for q in queued), last["runId"]]
+    log = run_log(events)
+    assert log == [
+        (ids[0], "run.started"),
+        (ids[0], "run.cancelled"),
+        (ids[1], "run.started"),
+        (ids[1], "run.cancelled"),
+        (ids[2], "run.started"),
+        (ids[2], "run.cancelled"),
+        (ids[3], "run.started"),
+        (ids[3], "run.completed"),
+    ]
+    for run_id in ids[1:3]:
+        _cancelled_before_start(events, run_id, "interrupted")
+    assert provider.reached == ["active text:1 sleep:30", "last text:1"]
+
+
+async def test_abort_naming_a_queued_run_cancels_it_in_its_turn(gateways: Gateways) -> None:
+    gw = await gateways(providers={"demo": CountingProvider()})
+    key = "queued-abort"
+    async with gw.client() as client:
+        active = await start_run(client, key, "text:1 sleep:0.5")
+        queued = await start_run(client, key, "text:1", multitask="enqueue")
+        response = await client.post(
+            f"/v1/conversations/{key}/abort", json={"runId": queued["runId"]}
+        )
+        assert response.status_code == 202
+        assert response.json() == {"runId": queued["runId"], "aborted": True}
+        events = await _log(client, key)
+    assert [t for _, t in run_log(events)] == [
+        "run.started",
+        "run.completed",
+        "run.started",
+        "run.cancelled",
+    ]
+    assert run_log(events)[0][0] == active["runId"]
+    _cancelled_before_start(events, queued["runId"], "aborted")
