@@ -4,7 +4,8 @@
 #   - the system programs the tests run: redis-server (Redis tests, private servers for the
 #     outage tests), nginx (the shipped deploy/nginx.conf in front of two gateways), chromium
 #     (the demo-page browser test; Playwright drives the system browser, it downloads none) and
-#     node >= 18 (the JavaScript client's tests under clients/js, run by pytest);
+#     node >= 18 and npm (the JavaScript tests under clients/js, tests/node and the examples,
+#     run by pytest, install their lock-file-pinned packages with npm ci);
 #   - a Redis answering on 127.0.0.1:6379 (started here, in the background, if none answers).
 # Missing packages are installed with apt-get when this runs as root (or with password-less
 # sudo); otherwise it stops at once with one line naming what to install.
@@ -43,6 +44,8 @@ have redis-server || missing+=(redis-server)
 have_nginx || missing+=(nginx)
 have chromium || missing+=(chromium)
 have node || missing+=(nodejs)
+# Debian packages npm apart from nodejs; the Node tests install their pinned packages with it.
+have npm || missing+=(npm)
 
 if ((${#missing[@]})); then
   if [[ "$(id -u)" == 0 ]]; then

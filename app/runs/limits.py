@@ -165,6 +165,9 @@ class GatewayLimits:
         self.subscribers = SubscriberLimits(
             limits.max_subscribers_per_conversation, limits.max_subscribers_per_principal
         )
+        #: The streams open on this instance, per conversation, whichever backend counts them
+        #: against the limits (what an operator or a test can read without asking Redis).
+        self.open_streams: Counter[ConversationRef] = Counter()
 
     # --- runs per minute -----------------------------------------------------------------
     async def take_run(self, principal: str) -> str | float:
@@ -201,6 +204,7 @@ class GatewayLimits:
         """Take a stream slot (429 ``too_many_subscribers``); the token to release it."""
         if self.store is None:
             self.subscribers.acquire(ref)
+            self.open_streams[ref] += 1
             return None
         s = self.settings
         token, refused = await self.store.take_subscriber(
@@ -208,9 +212,13 @@ class GatewayLimits:
         )
         if token is None:
             raise self._subscribers_refused(refused or "conversation")
+        self.open_streams[ref] += 1
         return token
 
     async def release_subscriber(self, ref: ConversationRef, token: str | None) -> None:
+        self.open_streams[ref] -= 1
+        if self.open_streams[ref] <= 0:
+            del self.open_streams[ref]
         if self.store is None:
             self.subscribers.release(ref)
         elif token is not None:

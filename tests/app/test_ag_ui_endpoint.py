@@ -21,6 +21,7 @@ from tests.app.agui_client import WEATHER_TOOL, kinds, run_input, stream_agui, u
 from tests.app.agui_upstream import AguiAgent, agui_settings, serve_agui_agent
 from tests.app.gateway_server import RunningGateway, StartGateway
 from tests.app.helpers import wait_state
+from tests.support import eventually
 
 
 @pytest.fixture
@@ -172,11 +173,9 @@ async def test_disconnect_after_run_finished_waiting_on_the_client_aborts_nothin
         body = run_input("t-wait", "c1", [user("weather?")], tools=[WEATHER_TOOL])
         events = await stream_agui(client, body)
         assert isinstance(events[-1], RunFinishedEvent)
-    subscribers = gateway.gateway.runs.limits.subscribers
-    deadline = asyncio.get_running_loop().time() + 10
-    while subscribers.by_conversation:  # the response has run its end (and its abort check)
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
+    streams = gateway.gateway.runs.limits.open_streams
+    # The response has run its end (and its abort check) once its stream slot is freed.
+    await eventually(lambda: not streams, within=10, what="the stream's slot is freed")
     async with gateway.client() as client:
         state = await wait_state(client, "t-wait", lambda s: True)
         assert state["isRequesting"]

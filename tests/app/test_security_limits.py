@@ -158,8 +158,8 @@ async def test_subscribers_per_conversation(start_gateway: StartGateway) -> None
             frames = await collect_sse(bob, path, stop=lambda f: True)  # bob's own c1
             assert frames[0].event == "snapshot"
         # The slot is free again once the first subscriber left.
-        slots = gw.gateway.runs.limits.subscribers.by_conversation
-        await eventually(lambda: not slots, what="the first subscriber's slot is freed")
+        streams = gw.gateway.runs.limits.open_streams
+        await eventually(lambda: not streams, what="the first subscriber's slot is freed")
         frames = await collect_sse(alice, path, stop=lambda f: True)
         assert frames[0].event == "snapshot"
 

@@ -189,8 +189,8 @@ async def test_stalled_websocket_is_dropped(start_gateway: StartGateway) -> None
     )
     try:
         async with gw.client() as client:
-            slots = gw.gateway.runs.limits.subscribers.by_conversation
-            await eventually(lambda: sum(slots.values()) == 1, what="the stalled one subscribed")
+            streams = gw.gateway.runs.limits.open_streams
+            await eventually(lambda: sum(streams.values()) == 1, what="the stalled one subscribed")
             following = asyncio.Event()
             healthy = asyncio.create_task(
                 collect_sse(
