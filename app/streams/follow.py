@@ -111,6 +111,14 @@ async def _idle_now(gateway: Gateway, ref: ConversationRef) -> bool:
     return run is not None and run.get("status") != "running"
 
 
+def _run_ended(body: dict[str, Any], run_id: str) -> bool:
+    """The snapshot ``body`` contains ``run_id``'s terminal (a run not started yet has none)."""
+    state = body.get("agentState")
+    runs = state.get("runs", {}) if isinstance(state, dict) else {}
+    run = runs.get(run_id)
+    return isinstance(run, dict) and run.get("status") != "running"
+
+
 async def _batches(
     gateway: Gateway, ref: ConversationRef, spec: Follow, counts: Counter[ConversationRef]
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
@@ -146,6 +154,8 @@ async def _batches(
                 yield body
                 pos = body["cursor"]
                 followed = pos != EMPTY_CURSOR
+                if spec.until_run is not None and _run_ended(body, spec.until_run):
+                    return  # its terminal is in the snapshot: no later entry will end it
                 continue
             entries = result.entries
             if not entries:
