@@ -46,6 +46,9 @@ class _Section(BaseModel):
 class GatewaySection(_Section):
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Redis connections per instance: one per conversation followed here by a blocking XREAD
+    #: (not while this instance owns its run) plus the commands in flight.
+    redis_max_connections: int = Field(2000, ge=10)
     default_provider: str = DEMO_PROVIDER
     multitask: Multitask = "reject"
     enqueue_max: int = Field(8, ge=0)

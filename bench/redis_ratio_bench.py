@@ -2,7 +2,8 @@
 
 One mock upstream, one memory-backend gateway and one Redis-backend gateway (on a private
 ``redis-server``), measured in alternating rounds: throughput of one ``--chunks`` stream
-(events/s, gateway CPU µs/event) and fan-out of one ``--fan-chunks`` run at ``--delay`` ms to K
+(events/s, gateway CPU µs/event, and gateway + redis-server CPU µs/event: work moved into Lua
+scripts is not free) and fan-out of one ``--fan-chunks`` run at ``--delay`` ms to K
 subscribers (p99 latency, CPU µs per delivered event). Ratios are redis / memory of the medians.
 
 Usage: ``.venv/bin/python bench/redis_ratio_bench.py [--chunks 20000] [--rounds 3]
@@ -31,29 +32,36 @@ BACKENDS = ("memory", "redis")
 
 async def measure(
     gateways: dict[str, procs.Server],
+    redis: procs.RedisProcess,
     chunks: int,
     rounds: int,
     ks: list[int],
     fan_chunks: int,
     delay: float,
-) -> tuple[dict[str, Series], dict[str, dict[int, list[Round]]]]:
+) -> tuple[dict[str, Series], dict[str, dict[int, list[Round]]], dict[str, list[float]]]:
     series = {name: Series(name) for name in BACKENDS}
     fan: dict[str, dict[int, list[Round]]] = {name: {} for name in BACKENDS}
+    #: gateway + redis-server CPU µs per event (the memory gateway uses no redis-server).
+    total: dict[str, list[float]] = {name: [] for name in BACKENDS}
     for server in gateways.values():
         await gateway_run(server.port, 10)
     for _ in range(rounds):
         for name in BACKENDS:
             server = gateways[name]
-            before = server.cpu_seconds()
+            before, redis_before = server.cpu_seconds(), redis.cpu_seconds()
             result = await gateway_run(server.port, chunks)
-            series[name].add(result, server.cpu_seconds() - before)
+            cpu = server.cpu_seconds() - before
+            series[name].add(result, cpu)
+            if name == "redis":
+                cpu += redis.cpu_seconds() - redis_before
+            total[name].append(cpu / max(1, result.frames) * 1e6)
     for k in ks:
         for _ in range(max(1, rounds // 2)):
             for name in BACKENDS:
                 fan[name].setdefault(k, []).append(
                     await gateway_round(gateways[name], k, fan_chunks, delay)
                 )
-    return series, fan
+    return series, fan, total
 
 
 def _ratio(a: float, b: float) -> float:
@@ -72,14 +80,14 @@ def main() -> None:
     with contextlib.ExitStack() as exits:
         upstream = procs.start_server("upstream")
         exits.callback(upstream.stop)
-        redis_url = exits.enter_context(procs.redis_server())
+        redis = exits.enter_context(procs.redis_process())
         gateways = {}
         for name in BACKENDS:
-            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis_url)
+            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis.url)
             gateways[name] = procs.start_server("gateway", config=config)
             exits.callback(gateways[name].stop)
-        series, fan = uvloop.run(
-            measure(gateways, args.chunks, args.rounds, ks, args.fan_chunks, args.delay)
+        series, fan, total = uvloop.run(
+            measure(gateways, redis, args.chunks, args.rounds, ks, args.fan_chunks, args.delay)
         )
     mem, red = series["memory"], series["redis"]
     rows: list[list[object]] = [
@@ -94,6 +102,12 @@ def main() -> None:
             median(mem.cpu_us_per_event),
             median(red.cpu_us_per_event),
             _ratio(median(red.cpu_us_per_event), median(mem.cpu_us_per_event)),
+        ],
+        [
+            "fig 1: gateway+redis CPU µs/event",
+            median(total["memory"]),
+            median(total["redis"]),
+            _ratio(median(total["redis"]), median(total["memory"])),
         ],
     ]
     complete = True
@@ -115,9 +129,10 @@ def main() -> None:
     thr = _ratio(median(red.events_per_s), median(mem.events_per_s))
     kmax = max(ks)
     p99 = median([x.p99_ms for x in fan["redis"][kmax]])
+    cpu = _ratio(median(total["redis"]), median(total["memory"]))
     print(
-        f"SUMMARY figure6 redis/memory events/s = {thr:.2f}; redis K={kmax} p99 = {p99:.1f} ms; "
-        f"all delivered = {complete}"
+        f"SUMMARY figure6 redis/memory events/s = {thr:.2f}; CPU/event (gateway+redis) = "
+        f"{cpu:.2f}x; redis K={kmax} p99 = {p99:.1f} ms; all delivered = {complete}"
     )
 
 

@@ -5,6 +5,7 @@ they are."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.archive.writer import ArchiveWriter
@@ -19,6 +20,7 @@ from app.backends import (
     Snapshot,
 )
 from app.backends.limit_store import LimitStore
+from app.backends.types import LogItem
 from core.runs import AbortReason
 from providers.contract import Command
 
@@ -82,6 +84,14 @@ class ArchivingBackend(Backend):
         entry = await self._inner.append_extension(ref, key, value)
         self._writer.capture(ref, entry)
         return entry
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        entries = await self._inner.append_batch(ref, items)
+        for entry in entries:
+            self._writer.capture(ref, entry)
+        if any(entry.event_type == "run.started" for entry in entries):  # archived as started
+            self._writer.flush(ref)
+        return entries
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._inner.snapshot(ref)

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.backends.base import Backend
@@ -21,6 +21,7 @@ from app.backends.types import (
     ConversationRef,
     IdempotencyRecord,
     LogEntry,
+    LogItem,
     ReadResult,
     RunControl,
     Snapshot,
@@ -203,12 +204,15 @@ class MemoryBackend(Backend):
 
     # --- log and state -------------------------------------------------------------------
     def _append(self, ref: ConversationRef, conv: _Conversation, entry: LogEntry) -> LogEntry:
+        self._log(conv, entry)
+        self._notify(ref)
+        return entry
+
+    def _log(self, conv: _Conversation, entry: LogEntry) -> None:
         conv.log.append(entry)
         if len(conv.log) > self._max_len:
             conv.log.popleft()
             conv.first_seq += 1
-        self._notify(ref)
-        return entry
 
     def _require(self, ref: ConversationRef) -> _Conversation:
         conv = self._get(ref)
@@ -231,6 +235,25 @@ class MemoryBackend(Backend):
         conv.last_seq += 1
         entry = LogEntry.for_extension(conv.cursor(conv.last_seq), key, value)
         return self._append(ref, conv, entry)
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        conv = self._require(ref)
+        out: list[LogEntry] = []
+        for item in items:
+            conv.last_seq += 1
+            cursor = conv.cursor(conv.last_seq)
+            if item.event is not None:
+                conv.store.dispatch(item.event)
+                entry = LogEntry.for_event(cursor, item.event)
+            else:
+                conv.extensions[item.key] = item.value
+                entry = LogEntry.for_extension(cursor, item.key, item.value)
+            self._log(conv, entry)
+            out.append(entry)
+        if out:
+            conv.meta.updated_at = time.time() * 1000
+            self._notify(ref)  # one wake-up for the whole batch
+        return out
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         conv = self._get(ref)

@@ -8,6 +8,7 @@ can name that role instead of the whole backend.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.backends.types import (
@@ -15,6 +16,7 @@ from app.backends.types import (
     ConversationRef,
     IdempotencyRecord,
     LogEntry,
+    LogItem,
     ReadResult,
     RunControl,
     Snapshot,
@@ -99,6 +101,14 @@ class EventAppender(Protocol):
     @abstractmethod
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
         """Record the latest value of an extension and append it to the log."""
+
+    @abstractmethod
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        """Reduce and log ``items`` in order, as one write (one round trip on Redis).
+
+        All or nothing: when it raises, none of the items is logged (or, on a lost reply that
+        cannot be checked, the caller treats the run as failed, as for ``append_event``).
+        """
 
 
 class EventReader(Protocol):

@@ -20,6 +20,7 @@ __all__ = [
     "ConversationRef",
     "IdempotencyRecord",
     "LogEntry",
+    "LogItem",
     "ReadResult",
     "RunControl",
     "Snapshot",
@@ -148,6 +149,23 @@ class LogEntry:
 
     def decoded(self) -> Any:
         return orjson.loads(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class LogItem:
+    """One item of an append batch: an AgentEvent, or (``event`` None) an extension value."""
+
+    event: dict[str, Any] | None = None
+    key: str = ""
+    value: Any = None
+
+    @classmethod
+    def of_event(cls, event: dict[str, Any]) -> LogItem:
+        return cls(event)
+
+    @classmethod
+    def of_extension(cls, key: str, value: Any) -> LogItem:
+        return cls(None, key, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Executing one run: options from the conversation, the runner, and the one writer per run.
 
-Every event the runner accepts is reduced and appended by ``backend.append_event`` (one step),
-so subscribers see it at once. A run always ends with a terminal event: when the runner raises
-(a provider bug) or returns without one, the gateway appends ``run.failed`` (``provider_error``)
-or ``run.cancelled`` itself.
+Every event the runner accepts goes through the run's :class:`.event_pipe.EventPipe`: reduced
+and logged in batches (whatever accumulated while the previous write was in flight), so the
+runner never waits a round trip per event and subscribers see each batch at once. A run always
+ends with a terminal event: when the runner raises (a provider bug) or returns without one, the
+gateway appends ``run.failed`` (``provider_error``) or ``run.cancelled`` itself.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.backends import Backend, ConversationRef
+from app.backends import Backend, ConversationRef, LogEntry
+from app.backends.types import LogItem
 from app.config import Settings
 from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
+from app.runs.event_pipe import EventPipe
 from app.runs.limits import cap_artifact
 from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason
 from providers.contract import AgentEvent, Command, RunOptions
@@ -229,23 +232,29 @@ async def _execute_run(
 
     artifact_cap = settings.limits.max_inline_artifact_bytes
 
-    async def on_event(event: AgentEvent) -> None:
+    def on_logged(entries: list[LogEntry]) -> None:
         nonlocal terminal_seen
-        event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
-        if event["runId"] == active.run_id and event["type"] in RUN_TERMINAL_TYPES:
-            event = await _decide_end(backend, ref, active, event)
-        entry = await backend.append_event(ref, event)
-        if tracker is not None:
-            tracker.on_event(event)
-        if entry.run_id == active.run_id:
+        for entry in entries:
+            if entry.run_id != active.run_id:
+                continue
             if entry.event_type == "run.started":
                 request.started.set()
             elif entry.is_run_terminal:
                 terminal_seen = active.ended = True
                 request.started.set()
 
+    pipe = EventPipe(backend, ref, on_logged)
+
+    async def on_event(event: AgentEvent) -> None:
+        event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
+        if event["runId"] == active.run_id and event["type"] in RUN_TERMINAL_TYPES:
+            event = await _decide_end(backend, ref, active, event)
+        if tracker is not None:
+            tracker.on_event(event)
+        await pipe.put(LogItem.of_event(event))
+
     async def on_extension(key: str, value: Any) -> None:
-        await backend.append_extension(ref, key, value)
+        await pipe.put(LogItem.of_extension(key, value))
 
     options = RunOptions(
         session_id=meta.session_id,
@@ -269,9 +278,11 @@ async def _execute_run(
     await backend.save_meta(ref, meta)
     try:
         await run_agent_provider(provider, run_input, options, on_event)
+        await pipe.flush()
     except Exception:
         logger.exception("run %s ended with an error in the provider", active.run_id)
     finally:
+        await pipe.close()
         if not terminal_seen:
             try:
                 await _close_unterminated(backend, ref, meta.session_id, active)

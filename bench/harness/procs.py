@@ -67,8 +67,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the process so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
+        return pid_cpu_seconds(self.pid)
 
     def rss_bytes(self) -> int:
         return _status_kb(self.pid, "VmRSS") * 1024
@@ -215,9 +214,33 @@ def gateway_config(
     return path
 
 
+def pid_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class RedisProcess:
+    """A private ``redis-server``: its URL and its CPU time (benches count it with the gateway)."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        self.url = url
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        return pid_cpu_seconds(self.pid)
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
     """A private ``redis-server`` on a free port (no persistence); yields its URL."""
+    with redis_process() as server:
+        yield server.url
+
+
+@contextlib.contextmanager
+def redis_process(*extra: str) -> Iterator[RedisProcess]:
+    """A private ``redis-server`` on a free port (no persistence unless ``extra`` asks)."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -230,6 +253,7 @@ def redis_server() -> Iterator[str]:
             "no",
             "--bind",
             "127.0.0.1",
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         preexec_fn=_die_with_parent,
@@ -240,7 +264,7 @@ def redis_server() -> Iterator[str]:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
                 break
             time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisProcess(f"redis://127.0.0.1:{port}/0", process.pid)
     finally:
         process.terminate()
         process.wait(10)

@@ -18,6 +18,7 @@ from app.backends import (
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
+    LogItem,
 )
 from providers.contract import Command
 
@@ -100,6 +101,33 @@ class BackendContract:
         result = await backend.read(ref, EMPTY_CURSOR, limit=100, wait=0)
         assert [e.cursor for e in result.entries] == cursors
         assert [e.decoded()["sequence"] for e in result.entries] == [0, 1, 2, 3]
+
+    @pytest.mark.parametrize("owned", [False, True])
+    async def test_append_batch_logs_in_order_with_one_wake_up(
+        self, backend: Backend, owned: bool
+    ) -> None:
+        ref = ConversationRef("p", "c")
+        await backend.create_conversation(ref, meta())
+        if owned:  # the run owner's path (Redis: the live state and fenced writer)
+            assert await backend.claim_run(ref, Control("r1")) is True
+        waiting = asyncio.ensure_future(backend.read(ref, EMPTY_CURSOR, limit=100, wait=5))
+        await asyncio.sleep(0)  # the reader is waiting before the batch lands
+        events = run_events("r1", 2)
+        items = [LogItem.of_event(e) for e in events[:2]]
+        items.append(LogItem.of_extension("x", {"n": 1}))
+        items += [LogItem.of_event(e) for e in events[2:]]
+        entries = await backend.append_batch(ref, items)
+        assert [e.kind for e in entries] == ["event", "event", "extension", "event", "event"]
+        assert len({e.cursor for e in entries}) == 5
+        woken = await asyncio.wait_for(waiting, 5)
+        # The one wake-up delivers the whole batch, not its first entry.
+        assert [e.cursor for e in woken.entries] == [e.cursor for e in entries]
+        snap = await backend.snapshot(ref)
+        assert snap is not None and snap.cursor == entries[-1].cursor
+        assert snap.extensions == {"x": {"n": 1}}
+        message = next(iter(snap.state["messages"].values()))
+        assert message["content"] == "0,1,"
+        assert await backend.append_batch(ref, []) == []
 
     async def test_read_after_cursor_in_order_with_limit(self, backend: Backend) -> None:
         ref = ConversationRef("p", "c")

@@ -355,8 +355,8 @@ async def test_gateway_metrics_endpoint(start_gateway: StartGateway, backend_kin
     assert _value(m, "agent_gateway_abort_latency_seconds_count", provider="demo") == 1
     assert _value(m, "agent_gateway_abort_latency_seconds_sum", provider="demo") < 5
     assert (
-        _value(m, "agent_gateway_backend_op_seconds_count", backend=backend_kind, op="append_event")
-        > 10
+        _value(m, "agent_gateway_backend_op_seconds_count", backend=backend_kind, op="append_batch")
+        >= 3  # runs log their events in batches: at least one per run
     )
     assert _value(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 0
     assert _value(m, "agent_gateway_subscribers", transport="sse") == 0

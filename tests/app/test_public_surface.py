@@ -31,6 +31,7 @@ def test_backends_surface() -> None:
         "ConversationRef",
         "IdempotencyRecord",
         "LogEntry",
+        "LogItem",
         "MemoryBackend",
         "ReadResult",
         "RunControl",

@@ -31,18 +31,19 @@ __all__ = [
 ]
 
 
-#: Connections per instance. A burst of callers beyond it waits for a free connection (up to
-#: ``POOL_WAIT_SECONDS``) instead of failing: redis-py's default pool raises "Too many
-#: connections" past 100, which hundreds of subscribers connecting at once reach.
-MAX_CONNECTIONS = 100
+#: Connections per instance unless configured (``redis_max_connections``). Each conversation
+#: followed on an instance that does not own its run holds one (its blocking ``XREAD``), so
+#: the pool bounds how many such conversations stream here. A burst of callers beyond it waits
+#: for a free connection (up to ``POOL_WAIT_SECONDS``) instead of failing.
+MAX_CONNECTIONS = 2000
 POOL_WAIT_SECONDS = 5.0
 
 
-def redis_client(url: str) -> Redis:
+def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
     """A client that fails fast (503 instead of hanging) and reconnects on its own."""
     pool = BlockingConnectionPool.from_url(
         url,
-        max_connections=MAX_CONNECTIONS,
+        max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,
         socket_connect_timeout=1.0,
         socket_timeout=5.0,
@@ -56,7 +57,7 @@ def redis_client(url: str) -> Redis:
 def create_redis_backend(settings: Settings) -> RedisBackend:
     gateway = settings.gateway
     return RedisBackend(
-        redis_client(gateway.redis_url),
+        redis_client(gateway.redis_url, gateway.redis_max_connections),
         event_log_max_len=gateway.event_log_max_len,
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,

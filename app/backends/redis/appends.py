@@ -7,7 +7,7 @@ empty token and the state is loaded from snapshot + log tail under the conversat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -18,7 +18,7 @@ from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.state import ConversationState
 from app.backends.roles import EventAppender
-from app.backends.types import ConversationRef, LogEntry
+from app.backends.types import ConversationRef, LogEntry, LogItem
 
 __all__ = ["RedisAppends"]
 
@@ -34,36 +34,51 @@ class RedisAppends(EventAppender):
         self._i = instance
 
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
-        type_, run_id = str(event.get("type", "")), str(event.get("runId", ""))
-        item = Pending(KIND_EVENT, orjson.dumps(event), type_, run_id)
-
-        def fold(state: ConversationState) -> None:
-            state.store.dispatch(event)
-
-        with unavailable():
-            return await self._append(self._i.keys(ref), item, fold)
+        (entry,) = await self.append_batch(ref, [LogItem.of_event(event)])
+        return entry
 
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
-        item = Pending(KIND_EXTENSION, orjson.dumps({"key": key, "value": value}))
+        (entry,) = await self.append_batch(ref, [LogItem.of_extension(key, value)])
+        return entry
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        if not items:
+            return []
+        pending = [_pending(item) for item in items]
 
         def fold(state: ConversationState) -> None:
-            state.extensions[key] = value
+            for item in items:
+                if item.event is not None:
+                    state.store.dispatch(item.event)
+                else:
+                    state.extensions[item.key] = item.value
 
         with unavailable():
-            return await self._append(self._i.keys(ref), item, fold)
+            return await self._append(self._i.keys(ref), pending, fold)
 
-    async def _append(self, keys: ConversationKeys, item: Pending, fold: Fold) -> LogEntry:
+    async def _append(
+        self, keys: ConversationKeys, items: list[Pending], fold: Fold
+    ) -> list[LogEntry]:
         i = self._i
         owned = await i.live_owned(keys)
         if owned is None:
-            return await self._free_append(keys, item, fold)
+            return await self._free_append(keys, items, fold)
         fold(owned.state)
-        stream_id, snapshotted = await owned.append(item, i.snapshot_every)
+        prev = owned.state.stream_id
+        ids, snapshotted = await owned.append(items, i.snapshot_every, i.log.max_len)
         if snapshotted and i.ttl_ms is not None:
             i.spawn(i.touch_quietly(keys))
-        return i.log_entry(owned.state.inc, _stored(stream_id, item))
+        inc = owned.state.inc
+        stored = [_stored(sid, item) for sid, item in zip(ids, items, strict=True)]
+        out = [i.log_entry(inc, entry) for entry in stored]
+        reader = i.hub.readers.get(keys.tag)
+        if reader is not None:
+            reader.feed(prev, stored)  # local subscribers get these frames, no XREAD
+        return out
 
-    async def _free_append(self, keys: ConversationKeys, item: Pending, fold: Fold) -> LogEntry:
+    async def _free_append(
+        self, keys: ConversationKeys, items: list[Pending], fold: Fold
+    ) -> list[LogEntry]:
         """Append outside a run of ours (no run may be active): fenced by the empty token."""
         i = self._i
         async with i.states.lock(keys.tag):
@@ -73,12 +88,24 @@ class RedisAppends(EventAppender):
             state = await i.states.load(keys, text(inc))
             fold(state)
             try:
-                ids = await i.log.append(keys, "", [item], snapshot=state.snapshot_write())
+                ids = await i.log.append(keys, "", items, snapshot=state.snapshot_write())
             except Fenced:
                 i.states.forget(keys.tag)
                 raise RunFenced("another instance owns the active run") from None
             except BaseException:
                 i.states.forget(keys.tag)
                 raise
-            state.stream_id = ids[0]
-            return i.log_entry(state.inc, _stored(ids[0], item))
+            state.stream_id = ids[-1]
+            return [
+                i.log_entry(state.inc, _stored(sid, item))
+                for sid, item in zip(ids, items, strict=True)
+            ]
+
+
+def _pending(item: LogItem) -> Pending:
+    if item.event is not None:
+        event = item.event
+        return Pending(
+            KIND_EVENT, orjson.dumps(event), str(event.get("type", "")), str(event.get("runId", ""))
+        )
+    return Pending(KIND_EXTENSION, orjson.dumps({"key": item.key, "value": item.value}))

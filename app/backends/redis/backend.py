@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -49,6 +50,7 @@ from app.backends.types import (
     ConversationRef,
     IdempotencyRecord,
     LogEntry,
+    LogItem,
     ReadResult,
     RunControl,
     Snapshot,
@@ -169,6 +171,9 @@ class RedisBackend(Backend):
 
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
         return await self.appends.append_extension(ref, key, value)
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        return await self.appends.append_batch(ref, items)
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.snapshots.snapshot(ref)

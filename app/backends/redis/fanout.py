@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
@@ -39,6 +40,8 @@ class _Gap:
 GAP: Final = _Gap()
 
 Tick = Callable[[], Awaitable[None]]
+#: Entries per ``XREAD``: a reader that is behind catches up this many at a time.
+READ_COUNT = 500
 
 
 class LogReader:
@@ -52,10 +55,17 @@ class LogReader:
         block_ms: int = 1000,
         on_tick: Tick | None = None,
         tick_seconds: float = 1.0,
+        owner_local: Callable[[], bool] | None = None,
     ) -> None:
         self.redis = redis
         self.log = log_
         self.keys = keys
+        #: True while this instance owns the conversation's run: its writer feeds the window
+        #: (:meth:`feed`), the only writer while it owns the run, so no ``XREAD`` is needed.
+        self._owner_local = owner_local or (lambda: False)
+        #: A feed did not follow on from ``last_id``: read from Redis until one does.
+        self._behind = False
+        self._resume = asyncio.Event()
         self.window = window
         self.block_ms = block_ms
         self._on_tick = on_tick
@@ -115,7 +125,33 @@ class LogReader:
         self._signal.set()
         self._signal = asyncio.Event()
 
+    def feed(self, prev: str, batch: list[Entry]) -> None:
+        """Entries this instance's run owner just logged right after ``prev``.
+
+        Pushed into the window when they follow on from what the reader holds (the frames
+        built by the writer are then shared by every local subscriber); else the reader
+        catches up from Redis.
+        """
+        if not batch:
+            return
+        last = parse_id(self.last_id)
+        if parse_id(prev) > last:
+            self._behind = True
+            self.kick()
+            return
+        self._behind = False
+        self._push(batch)
+
+    def kick(self) -> None:
+        """Let the reading loop look again (the owner went away, or a feed left a gap)."""
+        self._resume.set()
+
     def _push(self, batch: list[Entry]) -> None:
+        last = parse_id(self.last_id)
+        if parse_id(batch[0].id) <= last:  # already fed by the local writer
+            batch = [entry for entry in batch if parse_id(entry.id) > last]
+            if not batch:
+                return
         for entry in batch:
             self._entries.append(entry)
             self._ids.append(parse_id(entry.id))
@@ -135,13 +171,20 @@ class LogReader:
                     self.last_id = await self.log.last_id(self.keys)
                     self._base = parse_id(self.last_id)
                     self._ready.set()
+                if self._owner_local() and not self._behind:
+                    self._resume.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._resume.wait(), self.block_ms / 1000)
+                    continue
                 reply: Any = await self.redis.xread(
-                    {self.keys.log: self.last_id}, count=500, block=self.block_ms
+                    {self.keys.log: self.last_id}, count=READ_COUNT, block=self.block_ms
                 )
                 self.healthy = True
                 backoff = 0.05
                 for _stream, raw in reply or ():
                     batch = entries_from_reply(raw)
+                    if len(batch) == READ_COUNT and await self._skipped(self.last_id):
+                        self._restart_window(batch[0].id)
                     if batch:
                         self._push(batch)
             except asyncio.CancelledError:
@@ -159,6 +202,21 @@ class LogReader:
                 if not self._ready.is_set():
                     self._ready.set()
                 await asyncio.sleep(0.5)
+
+    async def _skipped(self, after: str) -> bool:
+        """Entries after ``after`` were trimmed before this reader read them.
+
+        Checked only when a read came back full (the reader is behind): ``XREAD`` from a
+        trimmed position answers what is left, without saying that something is missing.
+        """
+        return await self.log.read_after(self.keys, after, count=1) is None
+
+    def _restart_window(self, first: str) -> None:
+        """The window restarts at ``first``: older cursors read from Redis (and see the gap)."""
+        self._entries.clear()
+        self._ids.clear()
+        self._base = parse_id(first)
+        log.warning("log reader %s fell behind retention; cursors before %s", self.keys.tag, first)
 
     async def _ticks(self) -> None:
         assert self._on_tick is not None
@@ -216,10 +274,12 @@ class ReaderHub:
         linger_seconds: float = 5.0,
         tick: Callable[[ConversationKeys], Awaitable[None]] | None = None,
         tick_seconds: float = 1.0,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self.redis = redis
         self.log = log_
         self.window = window
+        self._owns = owns
         self.linger = linger_seconds
         self._tick = tick
         self._tick_seconds = tick_seconds
@@ -247,6 +307,7 @@ class ReaderHub:
                     window=self.window,
                     on_tick=(lambda: tick(keys)) if tick is not None else None,
                     tick_seconds=self._tick_seconds,
+                    owner_local=self._owner_local(keys.tag),
                 )
                 reader.launch()
                 self._readers[keys.tag] = reader
@@ -257,6 +318,10 @@ class ReaderHub:
             self.release(reader)
             raise
         return reader
+
+    def _owner_local(self, tag: str) -> Callable[[], bool] | None:
+        owns = self._owns
+        return None if owns is None else (lambda: owns(tag))
 
     def release(self, reader: LogReader) -> None:
         reader.refs -= 1

@@ -90,8 +90,14 @@ class RedisInstance:
             window=reader_window,
             tick=self._tick,
             tick_seconds=min(1.0, max(0.05, lease_ttl_seconds / 4)),
+            owns=self._feeds_reader,
         )
         self._bg: set[asyncio.Task[None]] = set()
+
+    def _feeds_reader(self, tag: str) -> bool:
+        """Our run of ``tag`` is writing (the log reader is fed by its writer, not XREAD)."""
+        owned = self.owned.get(tag)
+        return owned is not None and not (owned.fenced or owned.released)
 
     def keys(self, ref: ConversationRef) -> ConversationKeys:
         return ConversationKeys(self.prefix, conversation_tag(ref.principal, ref.key))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from app.backends.base import RunControl
@@ -19,6 +20,8 @@ from app.backends.redis.state import ConversationState
 __all__ = ["OwnedRun"]
 
 log = logging.getLogger("app.backends.redis")
+#: Snapshots written with appends are at least this far apart (unless retention requires one).
+SNAPSHOT_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -33,6 +36,8 @@ class OwnedRun:
     inbox: OwnerInbox
     lost: asyncio.Event
     since_snapshot: int = 0
+    #: ``time.monotonic()`` of the last snapshot written with an append.
+    snapshot_at: float = 0.0
     #: Another instance took the run over (or the conversation was deleted): no more writes.
     fenced: bool = False
     #: An append failed: the state may be ahead of the log; rebuild it before the next one.
@@ -60,16 +65,29 @@ class OwnedRun:
             log.warning("run %s: this instance lost ownership", self.token.run_id)
             self.control.abort("shutdown")
 
-    async def append(self, item: Pending, snapshot_every: int) -> tuple[str, bool]:
-        """Append one item already reduced into ``state``; (its stream id, snapshot written)."""
+    async def append(
+        self, items: list[Pending], snapshot_every: int, retained: int
+    ) -> tuple[list[str], bool]:
+        """Append items already reduced into ``state``, in one write; (their ids, snapshotted).
+
+        A snapshot costs the whole state (a long answer's text), so one per ``snapshot_every``
+        events would make a long run quadratic: the state is snapshotted with a batch once
+        ``snapshot_every`` events are logged since the last one *and* ``SNAPSHOT_SECONDS``
+        passed, or at once when half the log's retention (``retained``) is reached, so a
+        snapshot plus the retained log always rebuilds the state.
+        """
         snap = None
-        self.since_snapshot += 1
-        if self.since_snapshot >= snapshot_every:
+        self.since_snapshot += len(items)
+        now = time.monotonic()
+        if self.since_snapshot >= max(1, retained // 2) or (
+            self.since_snapshot >= snapshot_every and now - self.snapshot_at >= SNAPSHOT_SECONDS
+        ):
             self.since_snapshot = 0
+            self.snapshot_at = now
             snap = self.state.snapshot_write()
         self.appending += 1
         try:
-            ids = await self.writer.append([item], snapshot=snap)
+            ids = await self.writer.append(items, snapshot=snap)
         except Fenced:
             self.fence()
             raise RunFenced(self.token.run_id) from None
@@ -79,8 +97,9 @@ class OwnedRun:
             raise
         finally:
             self.appending -= 1
-        self.state.stream_id = ids[0]
-        return ids[0], snap is not None
+        if ids:
+            self.state.stream_id = ids[-1]
+        return ids, snap is not None
 
     async def stop(self) -> None:
         await self.keeper.stop()

@@ -152,6 +152,9 @@ class RedisRunSlots(RunSlots):
             i.states.remember(keys.tag, owned.state)
         finally:
             i.owned.pop(keys.tag, None)
+            reader = i.hub.readers.get(keys.tag)
+            if reader is not None:
+                reader.kick()  # others may write from now on: back to XREAD
 
     async def active_run(self, ref: ConversationRef) -> str | None:
         with unavailable():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.backends.base import Backend
@@ -11,6 +11,7 @@ from app.backends.types import (
     ConversationRef,
     IdempotencyRecord,
     LogEntry,
+    LogItem,
     ReadResult,
     RunControl,
     Snapshot,
@@ -112,6 +113,9 @@ class InstrumentedBackend(Backend):
 
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
         return await self._call("append_extension", self._inner.append_extension(ref, key, value))
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        return await self._call("append_batch", self._inner.append_batch(ref, items))
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._call("snapshot", self._inner.snapshot(ref))

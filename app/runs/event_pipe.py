@@ -1,0 +1,85 @@
+"""A run's writer: its events go to the backend in batches, one write in flight at a time.
+
+The runner hands each event over without waiting for it to be stored; whatever accumulates
+while the previous write is in flight is written next, in one ``append_batch`` (one Redis round
+trip). The buffer is bounded: when ``max_pending`` items wait, the runner waits too, so the
+upstream is read no faster than the backend accepts. A failed write ends the pipe: nothing more
+is written, and the error is raised to the runner at its next ``put`` (and by ``close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from app.backends import Backend, ConversationRef, LogEntry
+from app.backends.types import LogItem
+
+__all__ = ["MAX_PENDING", "EventPipe"]
+
+#: Items waiting (not yet handed to the backend) before the runner is made to wait. No more
+#: than a follower takes in one read (``app.streams.follow.BATCH``), so a write never outruns
+#: the local subscribers by more than one read each.
+MAX_PENDING = 256
+
+OnLogged = Callable[[list[LogEntry]], None]
+
+
+class EventPipe:
+    def __init__(
+        self,
+        backend: Backend,
+        ref: ConversationRef,
+        on_logged: OnLogged,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self._backend = backend
+        self._ref = ref
+        self._on_logged = on_logged
+        self._max = max(1, max_pending)
+        self._items: list[LogItem] = []
+        self._task: asyncio.Task[None] | None = None
+        self._space = asyncio.Event()
+        self._space.set()
+        self.error: Exception | None = None
+
+    async def put(self, item: LogItem) -> None:
+        """Queue ``item`` (written soon, in order); waits while the buffer is full."""
+        if self.error is not None:
+            raise self.error
+        self._items.append(item)
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+        if len(self._items) >= self._max:
+            self._space.clear()
+            await self._space.wait()
+            if self.error is not None:
+                raise self.error
+
+    async def _drain(self) -> None:
+        try:
+            while self._items and self.error is None:
+                batch, self._items = self._items, []
+                self._space.set()
+                try:
+                    entries = await self._backend.append_batch(self._ref, batch)
+                except Exception as exc:
+                    self.error = exc
+                    break
+                self._on_logged(entries)
+        finally:
+            self._items.clear()
+            self._task = None
+            self._space.set()
+
+    async def flush(self) -> None:
+        """Wait until everything queued is written; raise the write error if one failed."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+        if self.error is not None:
+            raise self.error
+
+    async def close(self) -> None:
+        """Wait for the writes in flight (errors are already reported through ``error``)."""
+        while self._task is not None:
+            await asyncio.shield(self._task)

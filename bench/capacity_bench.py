@@ -1,0 +1,136 @@
+"""Capacity: how many concurrent streaming answers one instance serves within 100 ms.
+
+For each C (``--cs``), on a memory-backend and a Redis-backend gateway (same mock upstream, a
+private ``redis-server``), in alternating rounds: C conversations each get one SSE subscriber,
+then C runs start at once, each streaming ``--deltas`` deltas at ``--rate`` deltas/s. Added
+delivery latency is the delta's emit time at the mock upstream to its read by the subscriber
+(p99 over every delivery). The figure is the largest C whose p99 stays <= ``--budget-ms`` and
+whose every subscriber got every delta. Target: Redis C >= 0.5 x memory C.
+
+Usage: ``.venv/bin/python bench/capacity_bench.py [--cs 25,50,100,200,400] [--rate 50]
+[--deltas 250] [--budget-ms 100] [--rounds 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import uvloop
+
+from bench.harness import procs
+from bench.harness.client import read_stream, request_json
+from bench.harness.flows import gateway_run_body, new_key
+from bench.harness.stats import percentile, table
+
+BACKENDS = ("memory", "redis")
+
+
+@dataclass
+class Step:
+    c: int
+    complete: bool
+    p50_ms: float
+    p99_ms: float
+    cpu_s: float
+
+
+async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
+    keys = [new_key("cap") for _ in range(c)]
+    connected = [asyncio.Event() for _ in keys]
+    readers = [
+        asyncio.create_task(
+            read_stream(server.port, "GET", f"/v1/conversations/{key}/events", connected=event)
+        )
+        for key, event in zip(keys, connected, strict=True)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in connected)), 60)
+    before = server.cpu_seconds()
+    body = gateway_run_body(deltas, 1000.0 / rate)
+    answers = await asyncio.gather(
+        *(request_json(server.port, "POST", f"/v1/conversations/{k}/runs", body) for k in keys)
+    )
+    if any(status != 202 for status, _ in answers):
+        raise RuntimeError(f"runs not accepted: {[s for s, _ in answers if s != 202][:5]}")
+    results = await asyncio.gather(*readers)
+    latencies = [x for r in results for x in r.latencies]
+    complete = all(r.deltas == deltas and r.terminal == b"completed" for r in results)
+    return Step(
+        c,
+        complete,
+        percentile(latencies, 50) * 1000,
+        percentile(latencies, 99) * 1000,
+        server.cpu_seconds() - before,
+    )
+
+
+async def measure(
+    gateways: dict[str, procs.Server], cs: list[int], deltas: int, rate: float, rounds: int
+) -> dict[str, dict[int, list[Step]]]:
+    out: dict[str, dict[int, list[Step]]] = {name: {} for name in BACKENDS}
+    for c in cs:
+        for _ in range(rounds):
+            for name in BACKENDS:
+                out[name].setdefault(c, []).append(await step(gateways[name], c, deltas, rate))
+    return out
+
+
+def capacity(steps: dict[int, list[Step]], budget_ms: float) -> int:
+    """The largest C whose every round met the budget, all C below it included."""
+    best = 0
+    for c in sorted(steps):
+        if all(s.complete and s.p99_ms <= budget_ms for s in steps[c]):
+            best = c
+        else:
+            break
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cs", default="25,50,100,200,400")
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--deltas", type=int, default=250)
+    parser.add_argument("--budget-ms", type=float, default=100.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    cs = [int(c) for c in args.cs.split(",")]
+    with contextlib.ExitStack() as exits:
+        upstream = procs.start_server("upstream")
+        exits.callback(upstream.stop)
+        redis = exits.enter_context(procs.redis_process())
+        gateways = {}
+        for name in BACKENDS:
+            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis.url)
+            gateways[name] = procs.start_server("gateway", config=config)
+            exits.callback(gateways[name].stop)
+        out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds))
+    rows: list[list[object]] = []
+    for name in BACKENDS:
+        for c in cs:
+            for s in out[name][c]:
+                rows.append([name, c, "yes" if s.complete else "NO", s.p50_ms, s.p99_ms, s.cpu_s])
+    print(
+        table(
+            f"Capacity: C answers at {args.rate:g} deltas/s, one subscriber each",
+            ["backend", "C", "all delivered", "p50 ms", "p99 ms", "gateway CPU s"],
+            rows,
+        )
+    )
+    mem = capacity(out["memory"], args.budget_ms)
+    red = capacity(out["redis"], args.budget_ms)
+    ratio = red / mem if mem else float("nan")
+    print(
+        f"SUMMARY capacity p99 <= {args.budget_ms:g} ms: memory C = {mem}, redis C = {red}, "
+        f"redis/memory = {ratio:.2f} (C tried: {args.cs})"
+    )
+
+
+if __name__ == "__main__":
+    main()
