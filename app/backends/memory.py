@@ -238,6 +238,10 @@ class MemoryBackend(Backend):
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         conv = self._require(ref)
+        session_id = conv.meta.session_id
+        if any(i.event is not None and i.event.get("sessionId") != session_id for i in items):
+            # A run of a deleted incarnation: all or nothing, like append_event.
+            raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         out: list[LogEntry] = []
         for item in items:
             conv.last_seq += 1

@@ -20,8 +20,10 @@ TOOL = {"name": "get_weather", "description": "w", "parameters": {"type": "objec
 
 
 async def until_event(client: httpx.AsyncClient, key: str, event_type: str) -> None:
-    """Follow the conversation's SSE stream until an event of ``event_type`` arrives."""
-    async with aconnect_sse(client, "GET", f"/v1/conversations/{key}/events") as source:
+    """Follow the conversation's log from its start until an event of ``event_type`` arrives
+    (from the start: one logged before the stream opened would be inside a snapshot frame)."""
+    path = f"/v1/conversations/{key}/events?since=0"
+    async with aconnect_sse(client, "GET", path) as source:
         async for frame in source.aiter_sse():
             if frame.data and orjson.loads(frame.data).get("type") == event_type:
                 return
