@@ -182,7 +182,7 @@ class Database:
             transaction = connection.transaction()
             await transaction.start()
             await connection.execute(
-                "LOCK TABLE archived_conversations, archived_events IN ACCESS EXCLUSIVE MODE"
+                "LOCK TABLE archived_conversations, archive_tombstones IN ACCESS EXCLUSIVE MODE"
             )
             try:
                 yield
