@@ -59,20 +59,45 @@ def _values(write: ConversationWrite, now: float) -> dict[str, Any]:
     }
 
 
+def _upsert(dialect: Any) -> Any:
+    """The guarded UPSERT, built once (executed with one parameter set per write)."""
+    insert = dialect.insert(conversations)
+    new = insert.excluded
+    not_older = sa.or_(
+        _c.event_count < new.event_count,
+        sa.and_(_c.event_count == new.event_count, _c.updated_at <= new.updated_at),
+    )
+    guard = sa.or_(
+        sa.and_(_c.session_id == new.session_id, not_older),
+        sa.and_(_c.session_id != new.session_id, _c.created_at <= new.created_at),
+    )
+    updated = {
+        column.name: getattr(new, column.name)
+        for column in conversations.columns
+        if column.name not in _KEY_NAMES
+    }
+    return insert.on_conflict_do_update(index_elements=_KEY, set_=updated, where=guard)
+
+
 class ArchiveStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+        self._upsert = _upsert(postgresql if engine.dialect.name == "postgresql" else sqlite)
 
     # --- writes --------------------------------------------------------------------------
     async def apply(self, operations: Sequence[Operation], now: float) -> None:
-        """Apply ``operations`` in order, in one transaction."""
+        """Apply ``operations`` in order, in one transaction (consecutive writes in one
+        statement)."""
         async with self.engine.begin() as connection:
+            writes: list[ConversationWrite] = []
             for operation in operations:
                 if isinstance(operation, ConversationWrite):
-                    await self._write(connection, operation, now)
-                else:
-                    await self._delete(connection, operation)
+                    writes.append(operation)
+                    continue
+                await self._write(connection, writes, now)
+                writes = []
+                await self._delete(connection, operation)
+            await self._write(connection, writes, now)
 
     async def _tombstoned(
         self, connection: AsyncConnection, ref: ConversationRef, sid: str
@@ -87,25 +112,24 @@ class ArchiveStore:
         return found is not None
 
     async def _write(
-        self, connection: AsyncConnection, write: ConversationWrite, now: float
+        self, connection: AsyncConnection, writes: list[ConversationWrite], now: float
     ) -> None:
-        if await self._tombstoned(connection, write.ref, write.session_id):
+        if not writes:
             return
-        values = _values(write, now)
-        insert = self._dialect.insert(conversations).values(**values)
-        new = insert.excluded
-        not_older = sa.or_(
-            _c.event_count < new.event_count,
-            sa.and_(_c.event_count == new.event_count, _c.updated_at <= new.updated_at),
+        triples = {(w.ref.principal, w.ref.key, w.session_id) for w in writes}
+        rows = await connection.execute(
+            sa.select(_t.principal, _t.conversation_key, _t.session_id).where(
+                sa.tuple_(_t.principal, _t.conversation_key, _t.session_id).in_(list(triples))
+            )
         )
-        guard = sa.or_(
-            sa.and_(_c.session_id == new.session_id, not_older),
-            sa.and_(_c.session_id != new.session_id, _c.created_at <= new.created_at),
-        )
-        updated = {key: value for key, value in values.items() if key not in _KEY_NAMES}
-        await connection.execute(
-            insert.on_conflict_do_update(index_elements=_KEY, set_=updated, where=guard)
-        )
+        deleted = {tuple(row) for row in rows}
+        params = [
+            _values(w, now)
+            for w in writes
+            if (w.ref.principal, w.ref.key, w.session_id) not in deleted
+        ]
+        if params:
+            await connection.execute(self._upsert, params)
 
     async def _delete(self, connection: AsyncConnection, delete: ConversationDelete) -> None:
         ref = delete.ref

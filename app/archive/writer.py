@@ -1,11 +1,11 @@
 """The archive writer: one task, off the stream's path, writing in order with retries.
 
-Hooks only queue (``flush``, ``delete``: no I/O, no await). The task gathers each queued
-conversation from the live backend (state and meta), writes up to ``BATCH`` operations per
-transaction, and retries a failed transaction
-with exponential backoff (logged, counted) until it succeeds: a slow or failing database never
-delays or fails a run. Flushes of one conversation coalesce while queued; a delete is ordered
-after the flushes queued before it.
+Hooks only queue (``flush``, ``delete``: no I/O, no await). ``LINGER_SECONDS`` after a wake-up
+the task gathers each queued conversation from the live backend (state and meta), writes up to
+``BATCH`` operations per transaction, and retries a failed transaction with exponential backoff
+(logged, counted) until it succeeds: a slow or failing database never delays or fails a run.
+Flushes of one conversation coalesce while queued; a delete is ordered after the flushes queued
+before it.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from app.archive.records import ConversationDelete, ConversationWrite
 from app.archive.store import ArchiveStore
 from app.backends import Backend, ConversationMeta, ConversationRef
 
-__all__ = ["BATCH", "ArchiveWriter", "describe_error"]
+__all__ = ["BATCH", "LINGER_SECONDS", "ArchiveWriter", "describe_error"]
 
 logger = logging.getLogger("app.archive")
 BATCH = 64
+LINGER_SECONDS = 0.05
 _FIRST_RETRY_SECONDS = 0.1
 
 
@@ -137,6 +138,9 @@ class ArchiveWriter:
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
+                # What is flushed meanwhile joins this batch: a short run's start and end, and
+                # the runs of many conversations, share one write and one transaction.
+                await asyncio.sleep(LINGER_SECONDS)
                 continue
             batch: list[ConversationWrite | ConversationDelete] = []
             while self._queue and len(batch) < BATCH:

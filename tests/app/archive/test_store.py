@@ -3,6 +3,7 @@ after a newer one (from another instance) never replaces it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import orjson
@@ -82,3 +83,12 @@ async def test_incarnations_newest_wins_and_a_deleted_one_stays_deleted(
     assert await title(store) is None
     await store.apply([write(1, 400.0, session="ses_next", created_at=350.0)], now=5)
     assert await title(store) == "after 1 events at 400.0"
+
+
+async def test_one_batch_of_writes_and_deletes_applies_in_order(store: ArchiveStore) -> None:
+    other = ConversationRef("alice", "other")
+    kept = write(2, 100.0)
+    gone = dataclasses.replace(write(3, 100.0), ref=other)
+    late = dataclasses.replace(write(4, 110.0), ref=other)
+    await store.apply([kept, gone, ConversationDelete(other, "ses_1", 105.0), late], now=1)
+    assert [row.key for row in await store.list_page("alice", None, 10)] == ["k"]
