@@ -7,6 +7,7 @@ are read (for the last run's status and ``isRequesting``).
 
 With ``[archive]`` on, the page merges the live conversations with the archived ones (the
 archive's row of a conversation the live backend holds is left out: the live one is newer).
+An archive that does not answer within its read timeout is left out of the page.
 """
 
 from __future__ import annotations
@@ -115,11 +116,14 @@ async def _archived_after(
     limit: int,
     live: set[str],
 ) -> list[ArchivedSummary]:
-    """Up to ``limit`` archived rows after ``after`` whose conversation is not live."""
+    """Up to ``limit`` archived rows after ``after`` whose conversation is not live (fewer
+    when the archive cannot answer now: its reads are bounded)."""
     out: list[ArchivedSummary] = []
     position = after
     while len(out) < limit:
         rows = await archive.list_page(principal, position, limit + len(live))
+        if rows is None:
+            break
         out.extend(row for row in rows if row.key not in live)
         if len(rows) < limit + len(live):
             break

@@ -1,7 +1,6 @@
-"""The live backend with the archive's hooks: every log entry is captured for the archive, and
-a run's start (``run.started``), a saved meta (a run's start and end, a title) and a delete are
-queued for the writer. The hooks only queue; the live backend's answers are passed through as
-they are."""
+"""The live backend with the archive's hooks: a run's start (``run.started``), a saved meta (a
+run's start and end, a title) and a delete are queued for the writer. The hooks only queue; the
+live backend's answers are passed through as they are."""
 
 from __future__ import annotations
 
@@ -56,6 +55,15 @@ class ArchivingBackend(Backend):
     def limit_store(self) -> LimitStore | None:
         return self._inner.limit_store()
 
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        return await self._inner.restore_conversation(ref, meta, state, extensions)
+
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self._inner.get_meta(ref)
 
@@ -75,15 +83,12 @@ class ArchivingBackend(Backend):
     # --- log and state -------------------------------------------------------------------
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         entry = await self._inner.append_event(ref, event)
-        self._writer.capture(ref, entry)
         if entry.event_type == "run.started":  # archived as started
             self._writer.flush(ref)
         return entry
 
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
-        entry = await self._inner.append_extension(ref, key, value)
-        self._writer.capture(ref, entry)
-        return entry
+        return await self._inner.append_extension(ref, key, value)
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         entries = await self._inner.append_batch(ref, items)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from app.backends import ConversationMeta, ConversationRef
 
 __all__ = ["ArchivedConversation", "ArchivedSummary", "ConversationDelete", "ConversationWrite"]
 
-EntryKind = Literal["event", "extension"]
 
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ConversationWrite:
     """A conversation as the live backend held it when gathered (serialized then, so later
-    changes of the live objects cannot leak in), and its log entries not yet archived."""
+    changes of the live objects cannot leak in)."""
 
     ref: ConversationRef
     session_id: str
@@ -28,8 +26,9 @@ class ConversationWrite:
     state_json: str
     extensions_json: str
     cursor: str
-    #: ``(kind, JSON)`` of each new log entry, in log order.
-    entries: list[tuple[EntryKind, str]] = field(default_factory=list)
+    #: Events reduced into the state: with ``updated_at``, the write's version (a write lands
+    #: only over an equal or older one of the same incarnation).
+    event_count: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """The archive's tables (SQLAlchemy Core). Migrations in ``migrations/versions`` create them.
 
 - ``archived_conversations``: one row per conversation (principal, key): the meta, the reduced
-  state after the last write, and ``session_id``, the conversation's incarnation.
-- ``archived_events``: the conversation's log entries in order (``seq``), replayed into the
-  live backend when a new run continues an archived conversation.
+  state after the last write (what a restore seeds the live backend with), ``session_id``, the
+  conversation's incarnation, and ``event_count``, the events reduced into that state (its
+  version: a write never replaces a higher one).
 - ``archive_tombstones``: incarnations deleted by ``DELETE``; a write of one is refused.
 JSON values are stored as text (orjson both ways), the same on SQLite and PostgreSQL.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["conversations", "events", "metadata", "tombstones"]
+__all__ = ["conversations", "metadata", "tombstones"]
 
 metadata = sa.MetaData()
 
@@ -31,6 +31,7 @@ conversations = sa.Table(
     sa.Column("state", sa.Text, nullable=False),
     sa.Column("extensions", sa.Text, nullable=False),
     sa.Column("cursor", sa.String(128), nullable=False),
+    #: Events reduced into ``state``: the conversation's version (monotonic, see store.py).
     sa.Column("event_count", sa.Integer, nullable=False),
     sa.Column("archived_at", sa.Float, nullable=False),
 )
@@ -41,16 +42,6 @@ sa.Index(
     conversations.c.conversation_key,
 )
 sa.Index("ix_archived_conversations_updated", conversations.c.updated_at)
-
-events = sa.Table(
-    "archived_events",
-    metadata,
-    sa.Column("principal", sa.String(512), primary_key=True),
-    sa.Column("conversation_key", sa.String(512), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("data", sa.Text, nullable=False),
-)
 
 tombstones = sa.Table(
     "archive_tombstones",

@@ -84,5 +84,6 @@ class Archive:
 
     async def list_page(
         self, principal: str, after: tuple[float, str] | None, limit: int
-    ) -> list[ArchivedSummary]:
-        return await self.store.list_page(principal, after, limit)
+    ) -> list[ArchivedSummary] | None:
+        """A page of archived conversations; None when the archive cannot answer now."""
+        return await self.reader.list_page(principal, after, limit)

@@ -1,10 +1,11 @@
-"""The archive's SQL: fenced writes, deletes with tombstones, reads, listing and retention.
+"""The archive's SQL: fenced, monotonic writes, deletes with tombstones, reads, listing and
+retention.
 
-A write is fenced by the conversation's incarnation (its ``sessionId``): refused when that
-incarnation has a tombstone (``DELETE``), or when the archive holds a newer incarnation of the
-same key. Entries are appended after those already archived (``event_count``); an entry written
-twice (a commit whose answer was lost, then retried) is harmless, the reducer ignores a repeated
-``eventId``.
+A write is one UPSERT, guarded in its ``WHERE``: it lands over the archived row of the same
+incarnation (``sessionId``) only when it is not older — more events reduced (``event_count``),
+or as many and an ``updated_at`` not earlier — so a write delayed by an outage never replaces a
+newer one from another instance. Over another incarnation it lands only when that one was
+created earlier. A write of an incarnation with a tombstone (``DELETE``) is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.archive.records import (
@@ -21,41 +23,81 @@ from app.archive.records import (
     ArchivedSummary,
     ConversationDelete,
     ConversationWrite,
-    EntryKind,
 )
-from app.archive.schema import conversations, events, tombstones
+from app.archive.schema import conversations, tombstones
 from app.backends import ConversationMeta, ConversationRef
 
 __all__ = ["ArchiveStore"]
 
 Operation = ConversationWrite | ConversationDelete
 _c = conversations.c
-_e = events.c
 _t = tombstones.c
+_KEY = [_c.principal, _c.conversation_key]
+_KEY_NAMES = ("principal", "conversation_key")
 
 
 def _conv_where(ref: ConversationRef) -> sa.ColumnElement[bool]:
     return sa.and_(_c.principal == ref.principal, _c.conversation_key == ref.key)
 
 
-def _events_where(ref: ConversationRef) -> sa.ColumnElement[bool]:
-    return sa.and_(_e.principal == ref.principal, _e.conversation_key == ref.key)
+def _values(write: ConversationWrite, now: float) -> dict[str, Any]:
+    return {
+        "principal": write.ref.principal,
+        "conversation_key": write.ref.key,
+        "session_id": write.session_id,
+        "title": write.title,
+        "created_at": write.created_at,
+        "updated_at": write.updated_at,
+        "last_run_id": write.last_run_id,
+        "last_run_status": write.last_run_status,
+        "meta": write.meta_json,
+        "state": write.state_json,
+        "extensions": write.extensions_json,
+        "cursor": write.cursor,
+        "event_count": write.event_count,
+        "archived_at": now,
+    }
+
+
+def _upsert(dialect: Any) -> Any:
+    """The guarded UPSERT, built once (executed with one parameter set per write)."""
+    insert = dialect.insert(conversations)
+    new = insert.excluded
+    not_older = sa.or_(
+        _c.event_count < new.event_count,
+        sa.and_(_c.event_count == new.event_count, _c.updated_at <= new.updated_at),
+    )
+    guard = sa.or_(
+        sa.and_(_c.session_id == new.session_id, not_older),
+        sa.and_(_c.session_id != new.session_id, _c.created_at <= new.created_at),
+    )
+    updated = {
+        column.name: getattr(new, column.name)
+        for column in conversations.columns
+        if column.name not in _KEY_NAMES
+    }
+    return insert.on_conflict_do_update(index_elements=_KEY, set_=updated, where=guard)
 
 
 class ArchiveStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._lock_rows = engine.dialect.name == "postgresql"
+        self._upsert = _upsert(postgresql if engine.dialect.name == "postgresql" else sqlite)
 
     # --- writes --------------------------------------------------------------------------
     async def apply(self, operations: Sequence[Operation], now: float) -> None:
-        """Apply ``operations`` in order, in one transaction."""
+        """Apply ``operations`` in order, in one transaction (consecutive writes in one
+        statement)."""
         async with self.engine.begin() as connection:
+            writes: list[ConversationWrite] = []
             for operation in operations:
                 if isinstance(operation, ConversationWrite):
-                    await self._write(connection, operation, now)
-                else:
-                    await self._delete(connection, operation)
+                    writes.append(operation)
+                    continue
+                await self._write(connection, writes, now)
+                writes = []
+                await self._delete(connection, operation)
+            await self._write(connection, writes, now)
 
     async def _tombstoned(
         self, connection: AsyncConnection, ref: ConversationRef, sid: str
@@ -70,62 +112,24 @@ class ArchiveStore:
         return found is not None
 
     async def _write(
-        self, connection: AsyncConnection, write: ConversationWrite, now: float
+        self, connection: AsyncConnection, writes: list[ConversationWrite], now: float
     ) -> None:
-        ref = write.ref
-        if await self._tombstoned(connection, ref, write.session_id):
+        if not writes:
             return
-        query = sa.select(_c.session_id, _c.created_at, _c.event_count).where(_conv_where(ref))
-        if self._lock_rows:
-            query = query.with_for_update()
-        existing = (await connection.execute(query)).first()
-        start = 0
-        if existing is not None and existing.session_id != write.session_id:
-            if existing.created_at > write.created_at:
-                return  # a newer incarnation is archived: this write is stale
-            await connection.execute(sa.delete(events).where(_events_where(ref)))
-            await connection.execute(sa.delete(conversations).where(_conv_where(ref)))
-            existing = None
-        elif existing is not None:
-            start = int(existing.event_count)
-        if write.entries:
-            await connection.execute(
-                sa.insert(events),
-                [
-                    {
-                        "principal": ref.principal,
-                        "conversation_key": ref.key,
-                        "seq": start + index,
-                        "kind": kind,
-                        "data": data,
-                    }
-                    for index, (kind, data) in enumerate(write.entries)
-                ],
+        triples = {(w.ref.principal, w.ref.key, w.session_id) for w in writes}
+        rows = await connection.execute(
+            sa.select(_t.principal, _t.conversation_key, _t.session_id).where(
+                sa.tuple_(_t.principal, _t.conversation_key, _t.session_id).in_(list(triples))
             )
-        values = {
-            "session_id": write.session_id,
-            "title": write.title,
-            "created_at": write.created_at,
-            "updated_at": write.updated_at,
-            "last_run_id": write.last_run_id,
-            "last_run_status": write.last_run_status,
-            "meta": write.meta_json,
-            "state": write.state_json,
-            "extensions": write.extensions_json,
-            "cursor": write.cursor,
-            "event_count": start + len(write.entries),
-            "archived_at": now,
-        }
-        if existing is None:
-            await connection.execute(
-                sa.insert(conversations).values(
-                    principal=ref.principal, conversation_key=ref.key, **values
-                )
-            )
-        else:
-            await connection.execute(
-                sa.update(conversations).where(_conv_where(ref)).values(**values)
-            )
+        )
+        deleted = {tuple(row) for row in rows}
+        params = [
+            _values(w, now)
+            for w in writes
+            if (w.ref.principal, w.ref.key, w.session_id) not in deleted
+        ]
+        if params:
+            await connection.execute(self._upsert, params)
 
     async def _delete(self, connection: AsyncConnection, delete: ConversationDelete) -> None:
         ref = delete.ref
@@ -137,7 +141,6 @@ class ArchiveStore:
         ).first()
         if row is not None and (row.session_id in sids or row.created_at <= delete.deleted_at):
             sids.add(row.session_id)
-            await connection.execute(sa.delete(events).where(_events_where(ref)))
             await connection.execute(sa.delete(conversations).where(_conv_where(ref)))
         for sid in sids:
             if not await self._tombstoned(connection, ref, sid):
@@ -167,14 +170,6 @@ class ArchiveStore:
             extensions=orjson.loads(row.extensions),
             cursor=row.cursor,
         )
-
-    async def load_entries(self, ref: ConversationRef) -> list[tuple[EntryKind, Any]]:
-        """The archived log entries, in order, decoded."""
-        async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(_e.kind, _e.data).where(_events_where(ref)).order_by(_e.seq)
-            )
-            return [(row.kind, orjson.loads(row.data)) for row in rows]
 
     async def list_page(
         self, principal: str, after: tuple[float, str] | None, limit: int
@@ -213,25 +208,14 @@ class ArchiveStore:
             ]
 
     # --- retention -----------------------------------------------------------------------
-    async def drop_idle(self, updated_before: float, batch: int = 500) -> int:
-        """Delete conversations last updated before ``updated_before``; how many were."""
-        async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(_c.principal, _c.conversation_key)
-                .where(_c.updated_at < updated_before)
-                .limit(batch)
+    async def drop_idle(self, updated_before: float) -> int:
+        """Delete conversations last updated before ``updated_before``; how many were. One
+        conditional statement: a conversation written meanwhile is no longer idle and stays."""
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                sa.delete(conversations).where(_c.updated_at < updated_before)
             )
-            refs = [ConversationRef(row.principal, row.conversation_key) for row in rows]
-        dropped = 0
-        for ref in refs:  # one transaction each: a conversation written meanwhile stays
-            async with self.engine.begin() as connection:
-                result = await connection.execute(
-                    sa.delete(conversations).where(_conv_where(ref), _c.updated_at < updated_before)
-                )
-                if result.rowcount:
-                    await connection.execute(sa.delete(events).where(_events_where(ref)))
-                    dropped += 1
-        return dropped
+            return int(result.rowcount or 0)
 
     async def drop_tombstones(self, deleted_before: float) -> None:
         async with self.engine.begin() as connection:

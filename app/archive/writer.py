@@ -1,11 +1,11 @@
 """The archive writer: one task, off the stream's path, writing in order with retries.
 
-Hooks only queue (``flush``, ``delete``, ``capture``: no I/O, no await). The task gathers each
-queued conversation from the live backend (state, meta, the log entries captured since the last
-write), writes up to ``BATCH`` operations per transaction, and retries a failed transaction
-with exponential backoff (logged, counted) until it succeeds: a slow or failing database never
-delays or fails a run. Flushes of one conversation coalesce while queued; a delete is ordered
-after the flushes queued before it.
+Hooks only queue (``flush``, ``delete``: no I/O, no await). ``LINGER_SECONDS`` after a wake-up
+the task gathers each queued conversation from the live backend (state and meta), writes up to
+``BATCH`` operations per transaction, and retries a failed transaction with exponential backoff
+(logged, counted) until it succeeds: a slow or failing database never delays or fails a run.
+Flushes of one conversation coalesce while queued; a delete is ordered after the flushes queued
+before it.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.archive.records import ConversationDelete, ConversationWrite
 from app.archive.store import ArchiveStore
-from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
+from app.backends import Backend, ConversationMeta, ConversationRef
 
-__all__ = ["BATCH", "ArchiveWriter", "describe_error"]
+__all__ = ["BATCH", "LINGER_SECONDS", "ArchiveWriter", "describe_error"]
 
 logger = logging.getLogger("app.archive")
 BATCH = 64
+LINGER_SECONDS = 0.05
 _FIRST_RETRY_SECONDS = 0.1
 
 
@@ -76,7 +77,6 @@ class ArchiveWriter:
         self._metrics = _Metrics(registry)
         self._queue: deque[ConversationRef | ConversationDelete] = deque()
         self._queued: set[ConversationRef] = set()
-        self._entries: dict[ConversationRef, list[LogEntry]] = {}
         self._deleting: dict[ConversationRef, int] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -86,14 +86,6 @@ class ArchiveWriter:
         self.failing = False
 
     # --- hooks (synchronous: they only queue) --------------------------------------------
-    def capture(self, ref: ConversationRef, entry: LogEntry) -> None:
-        """A log entry of ``ref`` to archive with its next write."""
-        entries = self._entries.get(ref)
-        if entries is None:
-            self._entries[ref] = [entry]
-        else:
-            entries.append(entry)
-
     def flush(self, ref: ConversationRef) -> None:
         """Write ``ref`` as the live backend holds it (soon, in order)."""
         if ref not in self._queued:
@@ -102,7 +94,6 @@ class ArchiveWriter:
 
     def delete(self, ref: ConversationRef, session_id: str | None) -> None:
         """Remove ``ref`` from the archive (``session_id``: the incarnation that was live)."""
-        self._entries.pop(ref, None)
         self._queued.discard(ref)  # a later flush (a new incarnation) goes after the delete
         self._deleting[ref] = self._deleting.get(ref, 0) + 1
         self._push(ConversationDelete(ref, session_id, time.time() * 1000))
@@ -147,6 +138,9 @@ class ArchiveWriter:
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
+                # What is flushed meanwhile joins this batch: a short run's start and end, and
+                # the runs of many conversations, share one write and one transaction.
+                await asyncio.sleep(LINGER_SECONDS)
                 continue
             batch: list[ConversationWrite | ConversationDelete] = []
             while self._queue and len(batch) < BATCH:
@@ -179,7 +173,6 @@ class ArchiveWriter:
 
     async def _gather(self, ref: ConversationRef) -> ConversationWrite | None:
         snapshot = await self._live.snapshot(ref)
-        entries = self._entries.pop(ref, [])
         if snapshot is None:  # deleted (its delete is queued) or forgotten
             return None
         meta, state = snapshot.meta, snapshot.state
@@ -196,7 +189,7 @@ class ArchiveWriter:
             state_json=orjson.dumps(state).decode(),
             extensions_json=orjson.dumps(snapshot.extensions).decode(),
             cursor=snapshot.cursor,
-            entries=[(entry.kind, entry.data.decode()) for entry in entries],
+            event_count=len(state.get("processedEventIds", ())),
         )
 
     async def _write(self, batch: list[ConversationWrite | ConversationDelete]) -> None:

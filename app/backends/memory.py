@@ -172,6 +172,20 @@ class MemoryBackend(Backend):
             self.sweep()
         return True
 
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        if not await self.create_conversation(ref, meta):
+            return False
+        conv = self._conversations[ref]  # nothing awaited since it was created
+        conv.store = AgentStore(state, mode="record")
+        conv.extensions = dict(extensions)
+        return True
+
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         conv = self._get(ref)
         return None if conv is None else conv.meta

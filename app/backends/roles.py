@@ -62,6 +62,19 @@ class ConversationStore(Protocol):
         """Create the conversation with ``meta`` unless it exists. True when created."""
 
     @abstractmethod
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        """Create the conversation with ``meta``, its reduced ``state`` and ``extensions`` and an
+        empty log, in one atomic step, unless it exists (the archive brings a forgotten
+        conversation back). True when created; a concurrent restore on another instance makes
+        one of them False, never two copies."""
+
+    @abstractmethod
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None: ...
 
     @abstractmethod

@@ -230,6 +230,37 @@ class BackendContract:
         assert again.last_input == {"prompt": "hi"}
         assert again.transcripts == {"demo": {"threadId": "t1"}}
 
+    async def test_restore_seeds_state_once_and_the_log_continues(self, backend: Backend) -> None:
+        source = ConversationRef("p", "source")
+        await backend.create_conversation(source, meta())
+        for e in run_events("r1", 2):
+            await backend.append_event(source, e)
+        await backend.append_extension(source, "agui.state", {"x": 1})
+        archived = await backend.snapshot(source)
+        assert archived is not None
+        ref = ConversationRef("p", "restored")
+        state, extensions = dict(archived.state), dict(archived.extensions)
+        assert await backend.restore_conversation(ref, meta(), state, extensions) is True
+        other = meta()
+        other.session_id = "ses_other"
+        assert await backend.restore_conversation(ref, other, {}, {}) is False
+        stored = await backend.get_meta(ref)
+        assert stored is not None and stored.session_id == "ses_test"
+        snap = await backend.snapshot(ref)
+        assert snap is not None
+        assert snap.state == archived.state and snap.extensions == {"agui.state": {"x": 1}}
+        assert sorted(k for k, _ in await backend.list_conversations("p")) == ["restored", "source"]
+        # The restored state is the reducer's: the next events continue it, and the log
+        # holds only what came after the restore.
+        head = await backend.head_cursor(ref)
+        delta = event("r1", 4, "message.delta", {"messageId": "m", "delta": "2,"})
+        await backend.append_event(ref, delta)
+        after = await backend.snapshot(ref)
+        assert after is not None
+        assert next(iter(after.state["messages"].values()))["content"] == "0,1,2,"
+        result = await backend.read(ref, head, limit=10, wait=0)
+        assert [e.decoded()["sequence"] for e in result.entries] == [4]
+
     async def test_run_slot_abort_and_commands(self, backend: Backend) -> None:
         ref = ConversationRef("p", "c")
         await backend.create_conversation(ref, meta())

@@ -301,3 +301,40 @@ async def test_wake_readers_ends_a_waiting_read_at_once(
     a.wake_readers()  # shutdown: streams must not wait out their heartbeat
     result = await asyncio.wait_for(reader, 1)
     assert (result.status, result.entries) == ("ok", [])
+
+
+async def test_two_instances_restoring_one_conversation_make_one_copy(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("p", "archived")
+    await a.create_conversation(ref, meta())
+    for e in run_events("r1", 3):
+        await a.append_event(ref, e)
+    archived = await a.snapshot(ref)
+    assert archived is not None
+    await a.delete(ref)  # the live data is gone (expired, flushed); the archive still has it
+    state, extensions = dict(archived.state), dict(archived.extensions)
+    for _ in range(20):
+        results = await asyncio.gather(
+            a.restore_conversation(ref, meta(), state, extensions),
+            b.restore_conversation(ref, meta(), state, extensions),
+        )
+        assert sorted(results) == [False, True]
+        for instance in (a, b):
+            snap = await instance.snapshot(ref)
+            assert snap is not None and snap.state == archived.state
+            assert (await instance.read(ref, EMPTY_CURSOR, limit=10, wait=0)).entries == []
+        await a.delete(ref)
+
+
+async def test_a_restore_never_lands_beside_an_active_run(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("p", "busy")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1")) is True
+    redis = a.redis
+    await redis.delete(a.keys(ref).meta)  # the meta is gone, a run still holds the slot
+    assert await b.restore_conversation(ref, meta(), {}, {}) is False

@@ -147,6 +147,15 @@ class RedisBackend(Backend):
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
         return await self.conversations.create_conversation(ref, meta)
 
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        return await self.conversations.restore_conversation(ref, meta, state, extensions)
+
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self.conversations.get_meta(ref)
 

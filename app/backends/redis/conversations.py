@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
@@ -17,7 +18,7 @@ from app.backends.redis.limits import (
     RedisLimits,
     reservation_fresh,
 )
-from app.backends.redis.scripts import CREATE, SAVE_META
+from app.backends.redis.scripts import CREATE, RESTORE, SAVE_META
 from app.backends.roles import ConversationStore
 from app.backends.types import ConversationMeta, ConversationRef
 from app.ids import new_token
@@ -29,6 +30,7 @@ class RedisConversations(ConversationStore):
     def __init__(self, instance: RedisInstance) -> None:
         self._i = instance
         self._create = instance.redis.register_script(CREATE)
+        self._restore = instance.redis.register_script(RESTORE)
         self._save_meta = instance.redis.register_script(SAVE_META)
         self._reserve = instance.redis.register_script(RESERVE_CONVERSATION)
 
@@ -43,6 +45,27 @@ class RedisConversations(ConversationStore):
                 await i.redis.hset(principal_index_key(ref.principal, i.prefix), ref.key, 1)
                 await i.touch(keys)
         return bool(created)
+
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        i = self._i
+        keys = i.keys(ref)
+        args: list[str | bytes] = [new_token(6), orjson.dumps(meta.to_dict())]
+        args += [orjson.dumps(state), orjson.dumps(extensions)]
+        with unavailable():
+            restored = await self._restore(
+                keys=[keys.meta, keys.log, keys.snap, keys.run], args=args
+            )
+            if restored:
+                i.states.forget(keys.tag)
+                await i.redis.hset(principal_index_key(ref.principal, i.prefix), ref.key, 1)
+                await i.touch(keys)
+        return bool(restored)
 
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         with unavailable():

@@ -162,6 +162,18 @@ redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
 return 1
 """
 
+#: KEYS: meta, log, snap, run.  ARGV: incarnation, meta JSON, state JSON, extensions JSON.
+#: Create the conversation with its state and an empty log unless it exists (or a run of a
+#: forgotten incarnation still holds the slot); what an expired incarnation left is dropped.
+#: -> 1 | 0
+RESTORE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[3], 'state', ARGV[3], 'ext', ARGV[4], 'cursor', '0-0')
+redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
+return 1
+"""
+
 #: KEYS: meta.  ARGV: meta JSON, its session id.  Update the meta of an existing conversation
 #: of the same incarnation (a run of a deleted conversation never writes into a new one, whose
 #: session id differs). -> 1 | 0

@@ -88,6 +88,16 @@ class InstrumentedBackend(Backend):
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
         return await self._call("create_conversation", self._inner.create_conversation(ref, meta))
 
+    async def restore_conversation(
+        self,
+        ref: ConversationRef,
+        meta: ConversationMeta,
+        state: dict[str, Any],
+        extensions: dict[str, Any],
+    ) -> bool:
+        restored = self._inner.restore_conversation(ref, meta, state, extensions)
+        return await self._call("restore_conversation", restored)
+
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self._call("get_meta", self._inner.get_meta(ref))
 

@@ -182,7 +182,7 @@ class Database:
             transaction = connection.transaction()
             await transaction.start()
             await connection.execute(
-                "LOCK TABLE archived_conversations, archived_events IN ACCESS EXCLUSIVE MODE"
+                "LOCK TABLE archived_conversations, archive_tombstones IN ACCESS EXCLUSIVE MODE"
             )
             try:
                 yield
@@ -205,14 +205,21 @@ class Database:
 # --- the gateway process ---------------------------------------------------------------------
 
 
-def config_toml(archive_url: str, upstream_url: str, **archive: Any) -> str:
-    extra = "".join(f"{key} = {orjson.dumps(value).decode()}\n" for key, value in archive.items())
+def _toml(values: dict[str, Any]) -> str:
+    return "".join(f"{key} = {orjson.dumps(value).decode()}\n" for key, value in values.items())
+
+
+def config_toml(
+    archive_url: str, upstream_url: str, gateway: dict[str, Any] | None = None, **archive: Any
+) -> str:
+    """The gateway's TOML: ``gateway`` adds keys to ``[gateway]``, ``archive`` to ``[archive]``."""
+    extra = _toml(archive)
     return f"""
 [gateway]
 default_provider = "chat"
 shutdown_grace_seconds = 2
 log_format = "text"
-
+{_toml(gateway or {})}
 [archive]
 url = "{archive_url}"
 retry_max_seconds = 0.5
@@ -229,9 +236,11 @@ model = "mock-model"
 
 
 class ServeProcess:
-    """``agent-gateway serve --config FILE`` as a real process."""
+    """``agent-gateway serve --config FILE`` as a real process; with ``redis_prefix``, the
+    gateway of ``FILE`` on Redis with its keys under that prefix (``redis_serve.py``)."""
 
-    def __init__(self, config: str) -> None:
+    def __init__(self, config: str, redis_prefix: str | None = None) -> None:
+        self.redis_prefix = redis_prefix
         handle, path = tempfile.mkstemp(prefix="agw-archive-", suffix=".toml")
         os.close(handle)
         self.config_path = Path(path)
@@ -246,7 +255,11 @@ class ServeProcess:
 
     def spawn(self) -> None:
         self.port = free_port()
-        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)]
+        if self.redis_prefix is None:
+            args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)]
+        else:
+            args = [sys.executable, "-m", "tests.app.archive.redis_serve", "--port", str(self.port)]
+            args += ["--prefix", self.redis_prefix]
         args += ["--config", str(self.config_path), "--log-level", "warning"]
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)

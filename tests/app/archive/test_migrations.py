@@ -15,7 +15,7 @@ async def test_from_empty_with_several_instances_at_once(database: Database) -> 
     engines = [create_engine(database_url(database.url)) for _ in range(3)]
     try:
         await asyncio.gather(*(migrate(engine) for engine in engines))
-        assert await current_revision(engines[0]) == "0002"
+        assert await current_revision(engines[0]) == "0003"
     finally:
         for engine in engines:
             await engine.dispose()
@@ -34,7 +34,7 @@ async def test_upgrade_from_the_first_revision_keeps_the_rows(database: Database
             " VALUES ('alice', 'k', 's', 1, 2, '{}', '{}', '{}', '0', 0, 3)"
         )
         await migrate(engine)
-        assert await current_revision(engine) == "0002"
+        assert await current_revision(engine) == "0003"
     finally:
         await engine.dispose()
     assert await database.query(

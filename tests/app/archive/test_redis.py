@@ -1,0 +1,184 @@
+"""The archive with the Redis live backend: two gateway processes on one Redis (a key prefix of
+the test's own) share one archive. A conversation continued on either instance stays one
+conversation, also after Redis forgot it (its keys deleted, as a TTL expiry or a flush does)
+and when both instances restore it at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from app.backends.redis.keys import conversation_tag
+from tests.app.archive.support import (
+    Database,
+    ServeProcess,
+    config_toml,
+    run_turn,
+    wait_for,
+    without_cursor,
+)
+from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.providers.mock_upstreams import MockUpstream, openai_frames
+
+pytestmark = pytest.mark.slow
+
+
+class Cluster:
+    def __init__(self, redis: Redis, prefix: str, a: ServeProcess, b: ServeProcess) -> None:
+        self.redis, self.prefix, self.a, self.b = redis, prefix, a, b
+
+    async def forget(self, principal: str, key: str) -> int:
+        """Delete every Redis key of the conversation; how many there were."""
+        tag = conversation_tag(principal, key)
+        keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}:{{{tag}}}:*")]
+        assert keys
+        return int(await self.redis.delete(*keys))
+
+
+@pytest.fixture
+async def cluster(database: Database, upstream: MockUpstream) -> AsyncIterator[Cluster]:
+    prefix = unique_prefix()
+    gateway = {"backend": "redis", "redis_url": SHARED_REDIS_URL, "multitask": "enqueue"}
+    config = config_toml(database.url, upstream.url, gateway)
+    async with shared_redis(prefix) as redis:
+        a, b = ServeProcess(config, prefix), ServeProcess(config, prefix)
+        try:
+            await asyncio.gather(a.start(), b.start())  # both migrate at once: one does
+            yield Cluster(redis, prefix, a, b)
+        finally:
+            a.close()
+            b.close()
+
+
+def echo(body: dict[str, Any]) -> list[str]:
+    """The upstream answers ``re: <the last user message>``."""
+    prompt = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+    return openai_frames(text=f"re: {prompt}")
+
+
+def history(request: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(m["role"], m.get("content")) for m in request["messages"] if m["role"] != "system"]
+
+
+async def views(clients: list[httpx.AsyncClient], key: str, run_id: str) -> list[Any]:
+    """State (cursors aside), the run record and the list, as each instance answers them."""
+    out = []
+    for client in clients:
+        state = await client.get(f"/v1/conversations/{key}/state")
+        run = await client.get(f"/v1/conversations/{key}/runs/{run_id}")
+        listed = await client.get("/v1/conversations")
+        assert (state.status_code, run.status_code, listed.status_code) == (200, 200, 200)
+        out.append((without_cursor(state.json()), run.json(), listed.json()))
+    return out
+
+
+async def archived_last_run(database: Database, key: str) -> tuple[Any, ...] | None:
+    rows = await database.query(
+        "SELECT last_run_id, last_run_status FROM archived_conversations"
+        " WHERE conversation_key = $1",
+        key,
+    )
+    return rows[0] if rows else None
+
+
+async def test_turns_alternate_between_instances_and_survive_redis_forgetting(
+    cluster: Cluster, upstream: MockUpstream, database: Database
+) -> None:
+    upstream.responses += [echo] * 4
+    async with cluster.a.client() as a, cluster.b.client() as b:
+        first = await run_turn(a, "trip", "one")
+        second = await run_turn(b, "trip", "two")
+        session = first[0]["sessionId"]
+        assert second[0]["sessionId"] == session
+        assert "session.started" not in [e["type"] for e in second]
+        run2 = second[0]["runId"]
+
+        async def archived() -> bool:
+            return await archived_last_run(database, "trip") == (run2, "completed")
+
+        await wait_for(archived, what="the second turn archived")
+        before = await views([a, b], "trip", run2)
+        assert before[0] == before[1]
+        assert len(before[0][0]["agentState"]["runs"]) == 2
+
+        assert await cluster.forget("alice", "trip") > 0  # Redis forgot it (TTL, flush)
+
+        assert await views([a, b], "trip", run2) == before  # read from the archive
+        third = await run_turn(b, "trip", "three")
+        fourth = await run_turn(a, "trip", "four")
+        for events in (third, fourth):
+            assert {e["sessionId"] for e in events} == {session}
+            assert "session.started" not in [e["type"] for e in events]
+        assert history(upstream.requests[-1]) == [
+            ("user", "one"),
+            ("assistant", "re: one"),
+            ("user", "two"),
+            ("assistant", "re: two"),
+            ("user", "three"),
+            ("assistant", "re: three"),
+            ("user", "four"),
+        ]
+        run4 = fourth[0]["runId"]
+        after = await views([a, b], "trip", run4)
+        assert after[0] == after[1]
+        state = after[0][0]
+        assert len(state["agentState"]["runs"]) == 4
+        assert [m["message"]["role"] for m in state["messages"]] == ["user", "assistant"] * 4
+        assert [c["conversationKey"] for c in after[0][2]["conversations"]] == ["trip"]
+
+        async def archived_fourth() -> bool:
+            return await archived_last_run(database, "trip") == (run4, "completed")
+
+        await wait_for(archived_fourth, what="the fourth turn archived")
+
+
+async def test_two_instances_restoring_at_once_make_one_conversation(
+    cluster: Cluster, upstream: MockUpstream, database: Database
+) -> None:
+    upstream.responses += [echo] * 4
+    async with cluster.a.client() as a, cluster.b.client() as b:
+        first = await run_turn(a, "race", "one")
+        second = await run_turn(b, "race", "two")
+        session = first[0]["sessionId"]
+        run2 = second[0]["runId"]
+
+        async def archived() -> bool:
+            return await archived_last_run(database, "race") == (run2, "completed")
+
+        await wait_for(archived, what="the second turn archived")
+        await cluster.forget("alice", "race")
+
+        body = {"input": {"prompt": "again"}}
+        answers = await asyncio.gather(
+            a.post("/v1/conversations/race/runs", json=body),
+            b.post("/v1/conversations/race/runs", json=body),
+        )
+        assert [r.status_code for r in answers] == [202, 202], [r.text for r in answers]
+        assert {r.json()["sessionId"] for r in answers} == {session}
+        for answer, client in zip(answers, (a, b), strict=True):
+            waited = await client.get(
+                f"/v1/conversations/race/runs/{answer.json()['runId']}/wait",
+                params={"timeout": 30},
+            )
+            assert waited.json()["status"] == "completed", waited.text
+        states = [(await c.get("/v1/conversations/race/state")).json() for c in (a, b)]
+    assert without_cursor(states[0]) == without_cursor(states[1])
+    state = states[0]
+    assert len(state["agentState"]["runs"]) == 4
+    assert [m["message"]["role"] for m in state["messages"]] == ["user", "assistant"] * 4
+    assert len(state["agentState"]["sessions"]) == 1
+    # The later of the two runs saw both earlier turns once, and the other new turn.
+    assert history(upstream.requests[-1]) == [
+        ("user", "one"),
+        ("assistant", "re: one"),
+        ("user", "two"),
+        ("assistant", "re: two"),
+        ("user", "again"),
+        ("assistant", "re: again"),
+        ("user", "again"),
+    ]

@@ -1,0 +1,94 @@
+"""The archive's writes are monotonic per conversation: a write delayed by an outage that lands
+after a newer one (from another instance) never replaces it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from app.archive.engine import create_engine
+from app.archive.migrate import migrate
+from app.archive.records import ConversationDelete, ConversationWrite
+from app.archive.store import ArchiveStore
+from app.archive.url import database_url
+from app.backends import ConversationMeta, ConversationRef
+from tests.app.archive.support import Database
+
+REF = ConversationRef("alice", "k")
+
+
+@pytest.fixture
+async def store(database: Database) -> AsyncIterator[ArchiveStore]:
+    engine = create_engine(database_url(database.url))
+    await migrate(engine)
+    yield ArchiveStore(engine)
+    await engine.dispose()
+
+
+def write(
+    events: int, updated_at: float, *, session: str = "ses_1", created_at: float = 1.0
+) -> ConversationWrite:
+    state = {"processedEventIds": {f"e{n}": True for n in range(events)}}
+    meta = ConversationMeta(session, created_at, updated_at)
+    return ConversationWrite(
+        ref=REF,
+        session_id=session,
+        title=f"after {events} events at {updated_at}",
+        created_at=created_at,
+        updated_at=updated_at,
+        last_run_id=f"run{events}",
+        last_run_status="completed",
+        meta_json=orjson.dumps(meta.to_dict()).decode(),
+        state_json=orjson.dumps(state).decode(),
+        extensions_json="{}",
+        cursor=f"c{events}",
+        event_count=events,
+    )
+
+
+async def title(store: ArchiveStore) -> str | None:
+    page = await store.list_page(REF.principal, None, 10)
+    assert len(page) <= 1
+    return page[0].title if page else None
+
+
+async def test_a_delayed_older_write_never_replaces_a_newer_one(store: ArchiveStore) -> None:
+    await store.apply([write(10, 200.0)], now=1)
+    await store.apply([write(5, 100.0)], now=2)  # gathered earlier, landed later
+    assert await title(store) == "after 10 events at 200.0"
+    loaded = await store.load(REF)
+    assert loaded is not None and loaded.cursor == "c10"
+    await store.apply([write(10, 150.0)], now=3)  # as many events, an older meta
+    assert await title(store) == "after 10 events at 200.0"
+    await store.apply([write(10, 250.0)], now=4)  # a title changed since: newer
+    assert await title(store) == "after 10 events at 250.0"
+    await store.apply([write(12, 240.0)], now=5)  # more events: newer (clock skew aside)
+    assert await title(store) == "after 12 events at 240.0"
+    await store.apply([write(12, 240.0)], now=6)  # the same write again: harmless
+    assert await title(store) == "after 12 events at 240.0"
+
+
+async def test_incarnations_newest_wins_and_a_deleted_one_stays_deleted(
+    store: ArchiveStore,
+) -> None:
+    await store.apply([write(3, 100.0, session="ses_new", created_at=50.0)], now=1)
+    # A delayed write of an incarnation created before it (deleted, then created again).
+    await store.apply([write(9, 90.0, session="ses_old", created_at=10.0)], now=2)
+    assert await title(store) == "after 3 events at 100.0"
+    await store.apply([ConversationDelete(REF, "ses_new", 200.0)], now=3)
+    await store.apply([write(4, 300.0, session="ses_new", created_at=50.0)], now=4)
+    assert await title(store) is None
+    await store.apply([write(1, 400.0, session="ses_next", created_at=350.0)], now=5)
+    assert await title(store) == "after 1 events at 400.0"
+
+
+async def test_one_batch_of_writes_and_deletes_applies_in_order(store: ArchiveStore) -> None:
+    other = ConversationRef("alice", "other")
+    kept = write(2, 100.0)
+    gone = dataclasses.replace(write(3, 100.0), ref=other)
+    late = dataclasses.replace(write(4, 110.0), ref=other)
+    await store.apply([kept, gone, ConversationDelete(other, "ses_1", 105.0), late], now=1)
+    assert [row.key for row in await store.list_page("alice", None, 10)] == ["k"]
