@@ -11,9 +11,11 @@ Across instances (Redis backend) the first request *claims* the key with a set-i
 before it acts; concurrent retries anywhere see the claim and wait for the answer instead of
 acting too. A claimer stores the answer (accepted requests only), then marks its claim released
 (by its token); a request that finds a released claim and no answer (refused, or the answer
-expired) claims the following generation. A claimer that vanished lets its claim expire
-(``CLAIM_TTL_SECONDS``). Everything goes through ``idempotency_get``/``idempotency_put``
-(set-if-absent), which both backends implement atomically.
+expired) claims the following generation. A live claimer keeps pushing its claim's short expiry
+out while it works; a claimer that died with its instance (or whose claim Redis lost) stops doing
+so, and its claim expires within ``CLAIM_TTL_SECONDS``, so a retry is answered in seconds.
+Everything goes through ``idempotency_get``/``idempotency_put`` (set-if-absent) and
+``idempotency_refresh``, which both backends implement atomically.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from app.gateway import Gateway
 
 __all__ = ["CLAIM_TTL_SECONDS", "idempotent"]
 
-#: How long a claim holds a key while its request is being processed.
-CLAIM_TTL_SECONDS = 30.0
+#: How long a claim outlives its claimer's last sign of life (it is refreshed every
+#: ``CLAIM_REFRESH_SECONDS`` while the request is processed).
+CLAIM_TTL_SECONDS = 5.0
+CLAIM_REFRESH_SECONDS = 1.0
 _POLL_SECONDS = 0.02
 _locks: dict[str, asyncio.Lock] = {}
 
@@ -105,12 +109,14 @@ async def _once(
             mine = IdempotencyRecord(fingerprint, 0, {"token": token})
             if not await backend.idempotency_put(claim_scope, mine, CLAIM_TTL_SECONDS):
                 continue  # another request claimed it first: look again
+            keepalive = asyncio.create_task(_keep_claim(backend, claim_scope))
             try:
                 result = await produce()
                 record = IdempotencyRecord(fingerprint, 202, result)
                 await backend.idempotency_put(scope, record, ttl)
                 return result
             finally:  # answered (or refused): the claim no longer holds the key
+                keepalive.cancel()
                 with contextlib.suppress(Exception):
                     released = IdempotencyRecord(fingerprint, 0, {})
                     await backend.idempotency_put(
@@ -123,3 +129,11 @@ async def _once(
             generation += 1  # refused, or answered and its answer expired: look again
             continue
         await asyncio.sleep(_POLL_SECONDS)  # in progress elsewhere: wait for its answer
+
+
+async def _keep_claim(backend: Backend, claim_scope: str) -> None:
+    """Refresh the claim's expiry while its request is processed (until cancelled)."""
+    while True:
+        await asyncio.sleep(CLAIM_REFRESH_SECONDS)
+        with contextlib.suppress(Exception):  # Redis away: the claim may lapse, never the request
+            await backend.idempotency_refresh(claim_scope, CLAIM_TTL_SECONDS)

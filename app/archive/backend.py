@@ -160,3 +160,6 @@ class ArchivingBackend(Backend):
 
     async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
         return await self._inner.idempotency_put(scope, record, ttl)
+
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        return await self._inner.idempotency_refresh(scope, ttl)

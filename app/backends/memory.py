@@ -409,3 +409,10 @@ class MemoryBackend(Backend):
             return False
         self._idempotency[scope] = (time.time() + ttl, record)
         return True
+
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        item = self._idempotency.get(scope)
+        if item is None or item[0] < time.time():
+            return False
+        self._idempotency[scope] = (time.time() + ttl, item[1])
+        return True

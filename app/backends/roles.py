@@ -246,3 +246,7 @@ class IdempotencyStore(Protocol):
     @abstractmethod
     async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
         """Store ``record`` unless the scope already has one; True when stored."""
+
+    @abstractmethod
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        """Push the scope's expiry ``ttl`` seconds out; False when it holds no record."""

@@ -12,6 +12,8 @@ from app.gateway import Gateway
 __all__ = ["TERMINAL_STATUSES", "run_record", "wait_for_run"]
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+#: How often a long-poll re-reads a queued run's record (it may lapse with its instance).
+QUEUED_RECHECK_SECONDS = 1.0
 _FIELDS = (
     "sessionId",
     "status",
@@ -54,12 +56,16 @@ async def wait_for_run(
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        result = await gateway.backend.read(ref, cursor, limit=256, wait=remaining)
+        # A queued run is re-read every few seconds: its instance may die before it starts.
+        queued = record["status"] == "queued"
+        wait = min(remaining, QUEUED_RECHECK_SECONDS) if queued else remaining
+        result = await gateway.backend.read(ref, cursor, limit=256, wait=wait)
         if result.status != "ok":  # trimmed or deleted: re-read the head
             cursor = await gateway.backend.head_cursor(ref)
         elif result.entries:
             cursor = result.entries[-1].cursor
-            if not any(e.is_run_terminal and e.run_id == run_id for e in result.entries):
+            ended = any(e.is_run_terminal and e.run_id == run_id for e in result.entries)
+            if not ended and not queued:
                 continue
         record = await run_record(gateway, ref, run_id)
     return record

@@ -259,6 +259,9 @@ def _serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-len", type=int, default=10000)
     parser.add_argument("--instance", default="")
     parser.add_argument("--webhook-url", default="")  # completion webhooks (secret: "whsec-test")
+    # A request on this conversation stalls for good once it reads the conversation (a stand-in
+    # for a dependency that hangs mid-request), so a test can kill the process mid-request.
+    parser.add_argument("--hold-conversation", default="")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend, redis_client
@@ -292,11 +295,24 @@ def _serve(argv: list[str] | None = None) -> None:
         key_prefix=args.prefix,
         instance_id=f"{args.instance or 'gw'}-{os.getpid()}",
     )
+    if args.hold_conversation:
+        _hold_conversation(backend, args.hold_conversation)
     app = create_app(settings, providers={"demo": ScriptedProvider()}, backend=backend)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
     )
     GatewayServer(config).run()
+
+
+def _hold_conversation(backend: Any, key: str) -> None:
+    read_meta = backend.get_meta
+
+    async def get_meta(ref: Any) -> Any:
+        if ref.key == key:
+            await asyncio.Event().wait()
+        return await read_meta(ref)
+
+    backend.get_meta = get_meta
 
 
 if __name__ == "__main__":

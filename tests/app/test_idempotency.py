@@ -17,6 +17,7 @@ from app.cli.gateway import openapi_document
 from tests.app.cluster_support import cluster
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import wait_state
+from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 from tests.support import eventually_async
 
@@ -202,6 +203,45 @@ async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None
             assert state["agentState"]["runs"][run_id]["status"] == "completed"
         other = await cb.post(RUNS, json={"input": {"prompt": "x"}}, headers=idem("storm-1"))
         assert code(other) == (409, "idempotency_key_reused")
+
+
+async def test_a_claim_left_by_a_killed_instance_lapses_within_seconds() -> None:
+    """A kills -9 while it holds the key's claim mid-request: the retry on B is answered fast."""
+    prefix = unique_prefix()
+    async with shared_redis(prefix) as redis:
+        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        a.args += ["--hold-conversation", KEY]
+        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=3.0)
+        try:
+            a.start()
+            b.start()
+            await asyncio.gather(a.wait_ready(), b.wait_ready())
+            body = {"input": {"prompt": "text:2"}}
+            async with (
+                httpx.AsyncClient(base_url=a.url, timeout=60) as ca,
+                httpx.AsyncClient(base_url=b.url, timeout=60) as cb,
+            ):
+                first = asyncio.ensure_future(ca.post(RUNS, json=body, headers=idem("dies-1")))
+
+                async def claimed() -> bool:
+                    return bool([k async for k in redis.scan_iter(match=f"{prefix}:idem:*")])
+
+                await eventually_async(claimed, within=20, what="A claims the key")
+                a.kill()
+                with pytest.raises(httpx.TransportError):
+                    await first
+                began = time.monotonic()
+                retry = await cb.post(RUNS, json=body, headers=idem("dies-1"))
+                elapsed = time.monotonic() - began
+                assert retry.status_code == 202, retry.text
+                assert elapsed < 10, elapsed  # the claim's TTL (5 s) plus B's own work
+                state = await idle(cb)
+                assert list(state["agentState"]["runs"]) == [retry.json()["runId"]]
+                again = await cb.post(RUNS, json=body, headers=idem("dies-1"))
+                assert again.text == retry.text
+        finally:
+            a.close()
+            b.close()
 
 
 def test_idempotency_key_is_in_the_openapi_document() -> None:

@@ -123,3 +123,27 @@ async def test_wait_on_another_instance_returns_when_the_run_ends() -> None:
             assert (await cb.post(f"{BASE}/abort", json={})).status_code == 202
             _, record = await timed_wait(cb, busy["runId"], 10)
             assert record["status"] == "cancelled"
+
+
+async def test_a_queued_run_of_a_killed_instance_no_longer_reads_queued() -> None:
+    """A accepts a running and a queued run, then dies (kill -9): B stops answering ``queued``."""
+    async with cluster() as (a, b):  # lease TTL 3 s: the ticket lapses 3 s after A's last renewal
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=30) as ca,
+            httpx.AsyncClient(base_url=b.url, timeout=30) as cb,
+        ):
+            await start_run(ca, KEY, "sleep:60")
+            queued = await start_run(ca, KEY, "text:1", multitask="enqueue")
+            assert queued["status"] == "queued"
+            run = f"{BASE}/runs/{queued['runId']}"
+            before = await cb.get(run)
+            assert before.status_code == 200 and before.json()["status"] == "queued", before.text
+            waiting = asyncio.ensure_future(cb.get(f"{run}/wait", params={"timeout": 25}))
+            await asyncio.sleep(0)  # the long-poll is sent before the kill
+            a.kill()
+            killed = time.monotonic()
+            answer = await waiting
+            elapsed = time.monotonic() - killed
+            assert code(answer) == (404, "run_not_found"), answer.text
+            assert elapsed < 10, elapsed  # the lease TTL and a recheck, not the 25 s timeout
+            assert code(await cb.get(run)) == (404, "run_not_found")

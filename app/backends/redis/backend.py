@@ -246,3 +246,6 @@ class RedisBackend(Backend):
 
     async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
         return await self.idempotency.idempotency_put(scope, record, ttl)
+
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        return await self.idempotency.idempotency_refresh(scope, ttl)

@@ -34,3 +34,11 @@ class RedisIdempotency(IdempotencyStore):
                 idempotency_key(scope, self._i.prefix), body, nx=True, px=max(1, int(ttl * 1000))
             )
         return bool(stored)
+
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        with unavailable():
+            return bool(
+                await self._i.redis.pexpire(
+                    idempotency_key(scope, self._i.prefix), max(1, int(ttl * 1000))
+                )
+            )

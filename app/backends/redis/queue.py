@@ -102,6 +102,19 @@ return {'ok', token, reason}
 #: KEYS: queue, qlive, qcancel.  -> how many live tickets wait (lapsed ones are pruned first)
 COUNT: Final = _PRELUDE + "return redis.call('ZCARD', KEYS[1])\n"
 
+#: KEYS: queue, qlive, run, lease.  ARGV: run_id.  -> {1 if its ticket is live, else 0,
+#: the slot's holder ("" if none), 1 if the holder's lease is live, else 0}.  A ticket past its
+#: deadline (its instance died) is not live, whether or not a script has pruned it yet.
+QUEUED: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = 0
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= now then live = 1 end
+end
+return {live, redis.call('GET', KEYS[3]) or '', redis.call('EXISTS', KEYS[4])}
+"""
+
 #: KEYS: queue, qlive, qcancel.  ARGV: run_id.  -> 1 removed | 0 not queued
 DROP: Final = """
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -154,6 +167,7 @@ class RunQueue:
         self._cancel = redis.register_script(CANCEL)
         self._count = redis.register_script(COUNT)
         self._renew = redis.register_script(RENEW)
+        self._queued = redis.register_script(QUEUED)
 
     async def enqueue(
         self, keys: ConversationKeys, run_id: str, limit: int | None, interrupt: bool
@@ -182,6 +196,11 @@ class RunQueue:
 
     async def count(self, keys: ConversationKeys) -> int:
         return int(await self._count(keys=[keys.queue, keys.qlive, keys.qcancel]))
+
+    async def queued(self, keys: ConversationKeys, run_id: str) -> tuple[bool, str, bool]:
+        """(its ticket is live, the slot's holder or "", the holder's lease is live)."""
+        res = await self._queued(keys=[keys.queue, keys.qlive, keys.run, keys.lease], args=[run_id])
+        return bool(int(res[0])), _s(res[1]), bool(int(res[2]))
 
     async def drop(self, keys: ConversationKeys, run_id: str) -> bool:
         res = await self._drop(keys=[keys.queue, keys.qlive, keys.qcancel], args=[run_id])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from app.backends.redis.claims import Token
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import RedisInstance
 from app.backends.roles import QueuedRuns
 from app.backends.types import ConversationRef
 
@@ -50,10 +50,8 @@ class RedisQueuedRuns(QueuedRuns):
             return await self._i.queue.count(self._i.keys(ref))
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
-        keys = self._i.keys(ref)
+        """Waiting with a live ticket, or holding the slot under a live lease before it logged
+        its start: a run whose instance died (ticket or lease lapsed) can no longer start."""
         with unavailable():
-            async with self._i.redis.pipeline(transaction=False) as pipe:
-                pipe.zscore(keys.queue, run_id)
-                pipe.get(keys.run)
-                score, holder = await pipe.execute()
-        return score is not None or (holder is not None and Token(text(holder)).run_id == run_id)
+            ticket, holder, leased = await self._i.queue.queued(self._i.keys(ref), run_id)
+        return ticket or (leased and bool(holder) and Token(holder).run_id == run_id)

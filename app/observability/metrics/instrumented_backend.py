@@ -192,3 +192,6 @@ class InstrumentedBackend(Backend):
 
     async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
         return await self._call("idempotency_put", self._inner.idempotency_put(scope, record, ttl))
+
+    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
+        return await self._call("idempotency_refresh", self._inner.idempotency_refresh(scope, ttl))
