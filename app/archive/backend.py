@@ -92,8 +92,6 @@ class ArchivingBackend(Backend):
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         entries = await self._inner.append_batch(ref, items)
-        for entry in entries:
-            self._writer.capture(ref, entry)
         if any(entry.event_type == "run.started" for entry in entries):  # archived as started
             self._writer.flush(ref)
         return entries
