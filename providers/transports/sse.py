@@ -1,10 +1,13 @@
 """SSE transport: ``POST`` JSON with the configured headers, yield ``ServerSentEvent`` chunks.
 
-Timeouts: ``timeout_seconds`` bounds the connect and the whole request; ``idle_timeout_seconds``
-bounds the silence between two reads (``upstream_idle_timeout``). A non-2xx answer raises
-:class:`UpstreamHTTPError` (status, body excerpt, retryable for 429/5xx). On abort the socket is
-shut down from the signal callback, so a read blocked on a silent upstream wakes up at once and
-the upstream sees the disconnect immediately; the response is then closed.
+Timeouts: ``timeout_seconds`` bounds the connect and the whole request, the wait for a free pooled
+connection included; ``idle_timeout_seconds`` bounds the silence between two reads
+(``upstream_idle_timeout``). The transport's client (shared by every run of its provider) keeps
+at most ``max_connections`` upstream connections: a run that finds none free within
+``timeout_seconds`` fails with ``upstream_timeout``, it never waits silently. A non-2xx answer
+raises :class:`UpstreamHTTPError` (status, body excerpt, retryable for 429/5xx). On abort the
+socket is shut down from the signal callback, so a read blocked on a silent upstream wakes up at
+once and the upstream sees the disconnect immediately; the response is then closed.
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ from providers.signal import AbortSignal
 from providers.transports._abort import Stopper, race_stop
 from providers.transports.request import UpstreamRequest
 
-__all__ = ["SSEParser", "SSETransport"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "SSEParser", "SSETransport"]
+
+#: Default pool size of a provider's client: one connection per concurrently streaming run, so a
+#: production gateway (>= 1,000 concurrent runs) never queues a run behind the pool.
+DEFAULT_MAX_CONNECTIONS = 1000
 
 _ERROR_BODY_BYTES = 4096
 _SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
@@ -88,10 +95,14 @@ class SSETransport:
         idle_timeout_seconds: float | None = 60.0,
         client: httpx.AsyncClient | None = None,
         strict_fields: bool = False,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1.")
         self.strict_fields = strict_fields
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
+        self.max_connections = max_connections
         self._client = client
         self._owns_client = client is None
 
@@ -103,7 +114,13 @@ class SSETransport:
                 write=self.timeout_seconds,
                 pool=self.timeout_seconds,
             )
-            self._client = httpx.AsyncClient(timeout=timeout)
+            # Idle connections are kept (up to the pool size, for httpx's keep-alive expiry) so
+            # a burst of runs reuses them instead of reconnecting.
+            limits = httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            )
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self._client
 
     async def aclose(self) -> None:

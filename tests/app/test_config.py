@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, load_settings
+from providers.registry import network_transport
+from providers.transports import SSETransport
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +65,10 @@ def test_file_env_overrides_and_secret_expansion(
             "providers.x.headers",
         ),
         ("[limits]\nmax_input_bytes = 0\n", "limits.max_input_bytes"),
+        (
+            '[providers.x]\nkind = "openai-chat"\nmax_connections = 0\n',
+            "providers.x.max_connections",
+        ),
         ("[nonsense]\na = 1\n", "nonsense"),
         ("not toml [", "invalid TOML"),
     ],
@@ -79,3 +85,15 @@ def test_invalid_env_override_names_the_key(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AGENT_GATEWAY_GATEWAY__MULTITASK", "sometimes")
     with pytest.raises(ConfigError, match=r"gateway\.multitask"):
         load_settings()
+
+
+def test_provider_max_connections_reaches_the_transport(tmp_path: Path) -> None:
+    config = tmp_path / "pool.toml"
+    config.write_text(
+        '[providers.p]\nkind = "openai-chat"\nurl = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+        "max_connections = 7\n"
+    )
+    provider_config = load_settings(config).providers["p"].to_provider_config()
+    transport = network_transport(provider_config)
+    assert isinstance(transport, SSETransport)
+    assert transport.max_connections == 7
