@@ -68,7 +68,7 @@ async def run_agent_provider(
     run = _Run()
     event_types = provider.capabilities.event_types
 
-    async def emit(event: AgentEvent) -> None:
+    def check(event: AgentEvent) -> None:
         if validate_event(event) is not None:
             raise AgentProviderProtocolError(f'Provider "{provider.id}" emitted an invalid event.')
         if event["sessionId"] != options.session_id or event["runId"] != options.run_id:
@@ -80,16 +80,19 @@ async def run_agent_provider(
             raise AgentProviderProtocolError(
                 f'Provider "{provider.id}" emitted undeclared event type "{kind}".'
             )
-        _observe(run, event)
-        try:
-            await on_event(event)
-        except Exception as error:
-            raise _ConsumerError(error) from error
+        if kind in _OBSERVED:
+            _observe(run, event)
+
+    take = getattr(ctx, "take_extensions", None) if options.on_extension is not None else None
 
     async def emit_all(events: Iterable[AgentEvent]) -> None:
+        # Checks inline, one await per event: this loop carries every event of the run.
         for event in events:
-            await emit(event)
-        take = getattr(ctx, "take_extensions", None)
+            check(event)
+            try:
+                await on_event(event)
+            except Exception as error:
+                raise _ConsumerError(error) from error
         if take is not None and options.on_extension is not None:
             for key, value in take():
                 try:
@@ -193,6 +196,10 @@ async def _next_command(options: RunOptions, run: _Run, now_ms: Any) -> Command 
         run.approvals.pop(expiring[0], None)
         return Command("approval.expire", {"approvalId": expiring[0]})
     return None
+
+
+#: The event types :func:`_observe` tracks (run end, approval deadlines).
+_OBSERVED = frozenset({*RUN_TERMINAL_TYPES, "approval.requested", "approval.resolved"})
 
 
 def _observe(run: _Run, event: AgentEvent) -> None:
