@@ -107,14 +107,27 @@ async def run_agent_provider(
         try:
             await emit_all(provider.start(input, ctx))
             request = await provider.prepare_request(input, ctx)
-            chunks = transport.open(request, signal)
-            try:
-                async for chunk in chunks:
-                    await emit_all(provider.transform_chunk(chunk, ctx))
-                    if signal.aborted:
-                        raise AbortError.from_signal(signal)
-            finally:
-                await _aclose(chunks)
+            open_batches = getattr(transport, "open_batches", None)
+            if open_batches is not None:
+                # The chunks of one upstream read come as one list: one generator step per read.
+                batches = open_batches(request, signal)
+                try:
+                    async for batch in batches:
+                        for chunk in batch:
+                            await emit_all(provider.transform_chunk(chunk, ctx))
+                            if signal.aborted:
+                                raise AbortError.from_signal(signal)
+                finally:
+                    await _aclose(batches)
+            else:
+                chunks = transport.open(request, signal)
+                try:
+                    async for chunk in chunks:
+                        await emit_all(provider.transform_chunk(chunk, ctx))
+                        if signal.aborted:
+                            raise AbortError.from_signal(signal)
+                finally:
+                    await _aclose(chunks)
             await emit_all(provider.flush(ctx))
         except (_ConsumerError, AgentProviderProtocolError):
             raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 
 import httpx
@@ -195,6 +195,19 @@ class SSETransport:
     async def open(
         self, request: UpstreamRequest, signal: AbortSignal
     ) -> AsyncIterator[ServerSentEvent]:
+        batches = self.open_batches(request, signal)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()  # at once: it closes the upstream response
+
+    async def open_batches(
+        self, request: UpstreamRequest, signal: AbortSignal
+    ) -> AsyncGenerator[list[ServerSentEvent], None]:
+        """Like :meth:`open`, the events of one read as one non-empty list (the runner then
+        steps this generator once per read, not once per event)."""
         stopper = Stopper(signal, self.timeout_seconds)
         try:
             stopper.check()
@@ -214,11 +227,13 @@ class SSETransport:
                     parser = SSEParser(request.max_event_bytes, strict_fields=self.strict_fields)
                     async for text in response.aiter_text():
                         stopper.check()
-                        for event in parser.feed(text):
-                            yield event
+                        events = parser.feed(text)
+                        if events:
+                            yield events
                     stopper.check()
-                    for event in parser.close():
-                        yield event
+                    events = parser.close()
+                    if events:
+                        yield events
             except Exception:
                 if stopper.stopped:
                     raise stopper.error() from None
