@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean
+.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean example
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -44,6 +44,22 @@ pytest: test-setup
 test: test-setup lint typecheck layers pytest
 
 run: $(RUN_STAMP)
+	$(VENV)/bin/agent-gateway serve --host $(HOST) --port $(PORT)
+
+# The Ant Design X example (examples/antd-x-chat): npm ci from its lock file and vite build, each
+# only when out of date, then `make run`'s gateway, which serves the build at /example/.
+EXAMPLE := examples/antd-x-chat
+EXAMPLE_SOURCES := $(EXAMPLE)/index.html $(EXAMPLE)/vite.config.js $(EXAMPLE)/package.json \
+	$(wildcard $(EXAMPLE)/src/*) $(wildcard clients/js/src/*.js)
+
+$(EXAMPLE)/node_modules/.package-lock.json: $(EXAMPLE)/package-lock.json
+	cd $(EXAMPLE) && npm ci --no-audit --no-fund
+
+$(EXAMPLE)/dist/index.html: $(EXAMPLE)/node_modules/.package-lock.json $(EXAMPLE_SOURCES)
+	cd $(EXAMPLE) && npm run build
+
+example: $(RUN_STAMP) $(EXAMPLE)/dist/index.html
+	@echo "Ant Design X example: http://$(HOST):$(PORT)/example/"
 	$(VENV)/bin/agent-gateway serve --host $(HOST) --port $(PORT)
 
 # Every benchmark figure of BENCHMARKS.md, one after the other (ARGS=--quick: about a minute).

@@ -104,6 +104,25 @@ class WebhooksSection(_Section):
         return self
 
 
+class ArchiveSection(_Section):
+    """Durable conversations in a database (http-api.md "Archive"); an empty url is off."""
+
+    url: str = ""
+    retention_days: float = Field(0, ge=0)
+    #: How often the retention task looks for idle conversations.
+    retention_interval_seconds: float = Field(3600, gt=0)
+    #: The longest wait between two attempts of a failing archive write.
+    retry_max_seconds: float = Field(30, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, url: str) -> str:
+        schemes = ("sqlite:///", "sqlite+aiosqlite:///", "postgresql://", "postgresql+asyncpg://")
+        if url and not url.startswith(schemes):
+            raise ValueError("must be sqlite:///PATH or postgresql://USER@HOST/DB (or empty: off)")
+        return expand_env(url)
+
+
 class AuthSection(_Section):
     mode: Literal["none", "bearer"] = "none"
     tokens: dict[str, str] = Field(default_factory=dict)
@@ -167,6 +186,7 @@ class Settings(BaseSettings):
     gateway: GatewaySection = Field(default_factory=GatewaySection)
     limits: LimitsSection = Field(default_factory=LimitsSection)
     webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
+    archive: ArchiveSection = Field(default_factory=ArchiveSection)
     auth: AuthSection = Field(default_factory=AuthSection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
 

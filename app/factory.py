@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -25,6 +26,8 @@ from providers.contract import AgentProvider
 __all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]
 
 API_VERSION = "1.0.0"
+#: ``examples/antd-x-chat``'s build in a checkout (an installed wheel has none: nothing mounted).
+EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "antd-x-chat" / "dist"
 
 
 class GatewayApp(FastAPI):
@@ -94,4 +97,6 @@ def create_app(
         if system.CLIENT_DIR.is_dir():
             app.mount("/static/client", StaticFiles(directory=system.CLIENT_DIR), name="client")
         app.mount("/static", StaticFiles(directory=system.STATIC_DIR), name="static")
+        if EXAMPLE_DIR.is_dir():  # the built Ant Design X example (`make example`), same origin
+            app.mount("/example", StaticFiles(directory=EXAMPLE_DIR, html=True), name="example")
     return app

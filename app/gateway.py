@@ -8,7 +8,8 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.backends import Backend, ConversationRef, create_backend
+from app.archive import Archive
+from app.backends import Backend, ConversationRef, Snapshot, create_backend
 from app.config import Settings
 from app.observability.metrics import GatewayMetrics, InstrumentedBackend
 from app.observability.webhooks import WebhookDispatcher
@@ -37,10 +38,16 @@ class Gateway:
         self.catalog = ProviderCatalog(settings, providers)
         #: Prometheus metrics of this gateway (app/observability/metrics); served at /metrics.
         self.metrics = GatewayMetrics(providers=self.catalog.names())
-        self.backend: Backend = InstrumentedBackend(
-            backend or create_backend(settings), self.metrics
-        )
+        live = backend or create_backend(settings)
+        label = type(live).__name__.lower().removesuffix("backend")  # the metrics' backend label
+        #: Durable conversations of [archive] (app/archive); None when off.
+        self.archive: Archive | None = None
+        if settings.archive.url:
+            self.archive = Archive(settings.archive, self.metrics.registry)
+            live = self.archive.wrap(live)
+        self.backend: Backend = InstrumentedBackend(live, self.metrics, label)
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
+        self.runs.archive = self.archive
         #: Completion webhooks of [webhooks] (app/observability/webhooks.py); off without a url.
         self.webhooks = WebhookDispatcher(settings.webhooks, self.backend, self.metrics.registry)
         if self.webhooks.enabled:
@@ -54,10 +61,19 @@ class Gateway:
 
     async def start(self) -> None:
         await self.backend.start()
+        if self.archive is not None:
+            await self.archive.start()
         self.webhooks.start()
 
+    async def find_snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        """The live snapshot, else the archived one (None when neither holds ``ref``)."""
+        snapshot = await self.backend.snapshot(ref)
+        if snapshot is None and self.archive is not None:
+            snapshot = await self.archive.snapshot(ref)
+        return snapshot
+
     async def snapshot(self, ref: ConversationRef) -> dict[str, Any]:
-        return snapshot_object(ref.key, await self.backend.snapshot(ref))
+        return snapshot_object(ref.key, await self.find_snapshot(ref))
 
     @contextlib.contextmanager
     def track_socket(self) -> Iterator[None]:
@@ -92,4 +108,6 @@ class Gateway:
         await self.drain()
         await self.webhooks.close(max(1.0, self.settings.gateway.shutdown_grace_seconds))
         await self.catalog.aclose()
+        if self.archive is not None:  # its writer reads the live backend: before it closes
+            await self.archive.close(max(5.0, self.settings.gateway.shutdown_grace_seconds))
         await self.backend.close()

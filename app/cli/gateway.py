@@ -13,6 +13,7 @@ from app.config import ConfigError, Settings, load_settings
 __all__ = [
     "OPENAPI_PATH",
     "add_check_config_command",
+    "add_migrate_command",
     "add_openapi_command",
     "add_serve_command",
     "openapi_document",
@@ -107,4 +108,48 @@ def run_openapi(args: argparse.Namespace) -> int:
     else:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}")
+    return 0
+
+
+def add_migrate_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "migrate", help="create or upgrade the [archive] database schema, then exit"
+    )
+    parser.add_argument(
+        "--config", default=None, help="TOML file (default: $AGENT_GATEWAY_CONFIG, else none)"
+    )
+    parser.add_argument("--revision", default="head", help="target revision (default: newest)")
+    parser.set_defaults(handler=run_migrate)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    settings = _load(args.config, "migrate")
+    if settings is None:
+        return 2
+    if not settings.archive.url:
+        print("agent-gateway migrate: [archive] url is not set", file=sys.stderr)
+        return 2
+    import asyncio
+
+    from app.archive.engine import create_engine
+    from app.archive.migrate import current_revision, migrate
+    from app.archive.url import database_url, safe_url
+    from app.archive.writer import describe_error
+
+    url = database_url(settings.archive.url)
+
+    async def upgrade() -> str | None:
+        engine = create_engine(url)
+        try:
+            await migrate(engine, args.revision)
+            return await current_revision(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        revision = asyncio.run(upgrade())
+    except Exception as exc:
+        print(f"agent-gateway migrate: {safe_url(url)}: {describe_error(exc)}", file=sys.stderr)
+        return 1
+    print(f"{safe_url(url)}: at revision {revision}")
     return 0

@@ -107,11 +107,13 @@ def add_validate_command(subparsers: Any) -> None:
 def add_gateway_commands(subparsers: Any) -> None:
     from app.cli.gateway import (
         add_check_config_command,
+        add_migrate_command,
         add_openapi_command,
         add_serve_command,
     )
 
-    for add in (add_serve_command, add_check_config_command, add_openapi_command):
+    commands = (add_serve_command, add_check_config_command, add_openapi_command)
+    for add in (*commands, add_migrate_command):
         add(subparsers)
 
 

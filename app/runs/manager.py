@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.api.errors import ApiError
+from app.archive import Archive
 from app.backends import Backend, ConversationMeta, ConversationRef
 from app.config import Settings
 from app.ids import new_run_id, new_session_id
@@ -66,6 +67,8 @@ class RunManager:
         self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
         #: Rate, conversation and subscriber limits of [limits] (app/limits.py).
         self.limits = GatewayLimits(settings.limits)
+        #: [archive]: a conversation the live backend forgot is restored from it to continue.
+        self.archive: Archive | None = None
 
     # --- queries -------------------------------------------------------------------------
     def active(self, ref: ConversationRef) -> ActiveRun | None:
@@ -137,6 +140,8 @@ class RunManager:
     ) -> Submission:
         async with slot.lock:
             meta = await self.backend.get_meta(ref)
+            if meta is None and self.archive is not None:
+                meta = await self.archive.restore(ref, self.backend)
             emit_user_message = True
             if input is None:  # reload without input: reuse the last one
                 if meta is None or meta.last_input is None:

@@ -27,7 +27,7 @@ _FIELDS = (
 
 async def run_record(gateway: Gateway, ref: ConversationRef, run_id: str) -> dict[str, Any]:
     """The run as the state holds it; ``queued`` for a run accepted but not started yet."""
-    snapshot = await gateway.backend.snapshot(ref)
+    snapshot = await gateway.find_snapshot(ref)  # live, else archived
     if snapshot is None:
         raise ApiError(404, "conversation_not_found", "No such conversation.")
     run = snapshot.state.get("runs", {}).get(run_id)

@@ -46,7 +46,8 @@ function contentText(content) {
 // -- setup ------------------------------------------------------------------------------------
 
 const params = new URLSearchParams(location.search);
-const initialKey = params.get("c") || `demo-${Math.random().toString(36).slice(2, 8)}`;
+const urlKey = params.get("c");
+const initialKey = urlKey && KEY_RE.test(urlKey) ? urlKey : `demo-${Math.random().toString(36).slice(2, 8)}`;
 const client = createGatewayClient({
   conversationKey: initialKey,
   transport: params.get("transport") === "ws" ? "ws" : "sse",
@@ -57,13 +58,36 @@ window.gatewayDebug = {
   killConnection: () => client.debugKillConnection(),
 };
 
+// The conversation key lives in the URL (?c=), so a page reload shows the same conversation.
+function keepKeyInUrl(key) {
+  const url = new URL(location.href);
+  if (url.searchParams.get("c") === key) return;
+  url.searchParams.set("c", key);
+  history.replaceState(null, "", url);
+}
+keepKeyInUrl(initialKey);
+
+// While the key field holds an invalid key, nothing is sent (not even to the previous key).
+let keyValid = true;
+const KEY_HINT = "conversation key: 1–128 of A–Z a–z 0–9 . _ : -";
 const keyInput = $("conversation");
 keyInput.value = initialKey;
+function checkKey() {
+  keyValid = KEY_RE.test(keyInput.value.trim());
+  keyInput.setAttribute("aria-invalid", String(!keyValid));
+  for (const id of ["send", "reload"]) $(id).disabled = !keyValid;
+  if (!keyValid) showError(KEY_HINT);
+  else if ($("error").textContent === KEY_HINT) showError(null);
+  return keyValid;
+}
+keyInput.addEventListener("input", checkKey);
 keyInput.addEventListener("change", () => {
+  if (!checkKey()) return;
   const key = keyInput.value.trim();
-  if (!KEY_RE.test(key)) { showError("conversation key: 1–128 of A–Z a–z 0–9 . _ : -"); return; }
+  if (key === client.conversationKey) return;
   resetTimeline();
   client.setConversation(key);
+  keepKeyInUrl(key);
 });
 
 const providerSelect = $("provider");
@@ -75,9 +99,10 @@ transportSelect.addEventListener("change", () => client.setTransport(transportSe
 
 $("kill").addEventListener("click", () => client.debugKillConnection());
 $("stop").addEventListener("click", () => act(() => client.abort()));
-$("reload").addEventListener("click", () => act(() => client.onReload()));
+$("reload").addEventListener("click", () => { if (checkKey()) act(() => client.onReload()); });
 $("composer").addEventListener("submit", (e) => {
   e.preventDefault();
+  if (!checkKey()) return;
   const prompt = $("prompt").value.trim();
   if (!prompt) return;
   $("prompt").value = "";
@@ -134,15 +159,23 @@ function runView(run) {
   if (!view) {
     const status = el("span", { class: "status", "data-testid": "run-badge" });
     const body = el("div", { class: "run-body" });
+    const reason = el("div", { class: "run-error", "data-testid": "run-error", hidden: true });
     const section = el("section", { class: "run", "data-run-id": run.id },
-      el("div", { class: "run-head" }, el("span", { class: "run-id" }, run.id), status), body);
+      el("div", { class: "run-head" }, el("span", { class: "run-id" }, run.id), status), body,
+      reason);
     timeline.append(section);
-    view = { section, status, body };
+    view = { section, status, body, reason };
     runViews.set(run.id, view);
   }
   text(view.status, run.status);
   view.status.dataset.status = run.status;
   view.section.dataset.status = run.status;
+  // Why the run ended, when it did not complete: run.failed's error, run.cancelled's reason.
+  const why = run.status === "failed" && run.error
+    ? `Run failed${run.error.code ? ` (${run.error.code})` : ""}: ${run.error.message}`
+    : run.status === "cancelled" ? `Run cancelled${run.reason ? `: ${run.reason}` : ""}` : "";
+  text(view.reason, why);
+  view.reason.hidden = !why;
   return view;
 }
 
@@ -199,7 +232,7 @@ function renderState() {
     reconnecting: "reconnecting…", resumed: "resumed", closed: "closed" };
   text(conn, `${client.transport.toUpperCase()} · ${labels[client.connection]}`);
   conn.dataset.state = client.connection;
-  $("stop").disabled = !client.activeRun;
+  $("stop").disabled = !client.activeRun || !keyValid;
 }
 
 function header(label, entity) {

@@ -34,6 +34,7 @@ from app.runs.limits import check_json_size
 from app.runs.manager import Submission
 from app.runs.records import run_record, wait_for_run
 from app.streams.follow import Follow
+from app.streams.snapshot import snapshot_object
 from app.streams.sse import sse_response
 
 __all__ = ["router"]
@@ -144,10 +145,10 @@ async def abort_run(
     summary="The current snapshot",
 )
 async def get_state(gateway: GatewayDep, ref: Ref) -> Response:
-    snapshot = await gateway.backend.snapshot(ref)
+    snapshot = await gateway.find_snapshot(ref)  # live, else archived
     if snapshot is None:
         raise ApiError(404, "conversation_not_found", "No such conversation.")
-    return JSON(await gateway.snapshot(ref))
+    return JSON(snapshot_object(ref.key, snapshot))
 
 
 @router.delete(
@@ -174,7 +175,7 @@ async def list_conversations(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     cursor: Annotated[str | None, Query(description="nextCursor of the previous page")] = None,
 ) -> Response:
-    return JSON(await list_page(gateway.backend, principal, cursor, limit))
+    return JSON(await list_page(gateway.backend, principal, cursor, limit, gateway.archive))
 
 
 @router.patch(

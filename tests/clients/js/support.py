@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 import os
 import re
@@ -52,14 +54,7 @@ def run_node_tests(*files: str, env: Mapping[str, str] | None = None) -> NodeRun
         timeout=300,
         check=False,
     )
-    output = proc.stdout + proc.stderr
-    counts = {
-        name: int(value)
-        for name, value in re.findall(
-            r"^# (tests|pass|fail|skipped|cancelled|todo) (\d+)$", output, re.M
-        )
-    }
-    return NodeRun(proc.returncode, output, counts)
+    return parse_tap(proc.returncode, proc.stdout + proc.stderr)
 
 
 def seeded_streams(count: int, seed_value: int) -> list[list[Any]]:
@@ -108,3 +103,92 @@ def to_json_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [to_json_safe(item) for item in value]
     return value
+
+
+def npm() -> str:
+    """Path of ``npm``; fails the test with what to install when it is missing."""
+    path = shutil.which("npm")
+    if path is None:
+        pytest.fail("tests/clients needs npm on PATH (`apt-get install npm`)", pytrace=False)
+    return path
+
+
+def ensure_node_modules(package: Path) -> None:
+    """``npm ci`` in ``package`` (from its lock file) unless its node_modules is installed."""
+    marker = package / "node_modules" / ".package-lock.json"
+    lock = package / "package-lock.json"
+    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+        return
+    proc = subprocess.run(
+        [npm(), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=package,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"npm ci in {package} failed:\n{proc.stdout}{proc.stderr}"
+
+
+def parse_tap(returncode: int, output: str) -> NodeRun:
+    counts = {
+        name: int(value)
+        for name, value in re.findall(
+            r"^# (tests|pass|fail|skipped|cancelled|todo) (\d+)$", output, re.M
+        )
+    }
+    return NodeRun(returncode, output, counts)
+
+
+async def run_node_tests_async(
+    *files: str, env: Mapping[str, str] | None = None, limit_seconds: float = 240
+) -> NodeRun:
+    """``run_node_tests`` without blocking the event loop (a gateway in this loop serves them)."""
+    proc = await asyncio.create_subprocess_exec(
+        node(),
+        "--test",
+        "--test-reporter=tap",
+        *(f"test/{name}" for name in files),
+        cwd=CLIENT,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), limit_seconds)
+    except TimeoutError:
+        proc.kill()
+        out, _ = await proc.communicate()
+        return parse_tap(-1, out.decode(errors="replace") + "\n(timed out)")
+    code = -1 if proc.returncode is None else proc.returncode
+    return parse_tap(code, out.decode(errors="replace"))
+
+
+#: The reply of the ``fixture`` provider the provider-switch tests select (unlike ``demo``'s).
+FIXTURE_TEXT = "Fixture answer."
+
+
+def write_fixed_reply(path: Path) -> Path:
+    """A ``fixture`` provider's recording: one run answering ``FIXTURE_TEXT``."""
+
+    def event(seq: int, type_: str, payload: dict[str, object]) -> dict[str, object]:
+        return {
+            "protocolVersion": "0.1",
+            "type": type_,
+            "eventId": f"e{seq}",
+            "sessionId": "s",
+            "runId": "r",
+            "sequence": seq,
+            "timestamp": 0,
+            "payload": payload,
+        }
+
+    events = [
+        event(0, "run.started", {}),
+        event(1, "message.started", {"messageId": "m", "role": "assistant"}),
+        event(2, "message.delta", {"messageId": "m", "delta": FIXTURE_TEXT}),
+        event(3, "message.completed", {"messageId": "m"}),
+        event(4, "run.completed", {}),
+    ]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path

@@ -1,0 +1,42 @@
+"""The archive's async engine: aiosqlite (WAL, a busy timeout) or asyncpg (bounded waits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.archive.url import is_sqlite
+
+__all__ = ["STATEMENT_TIMEOUT_SECONDS", "create_engine"]
+
+#: The longest one statement may wait (a lock, a slow server) before it fails and is retried.
+STATEMENT_TIMEOUT_SECONDS = 10.0
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(STATEMENT_TIMEOUT_SECONDS * 1000)}")
+    cursor.close()
+
+
+def create_engine(url: URL) -> AsyncEngine:
+    if is_sqlite(url):
+        engine = create_async_engine(url)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(
+        url,
+        pool_size=4,
+        max_overflow=4,
+        pool_pre_ping=True,
+        pool_timeout=STATEMENT_TIMEOUT_SECONDS,
+        connect_args={
+            "timeout": STATEMENT_TIMEOUT_SECONDS,
+            "command_timeout": STATEMENT_TIMEOUT_SECONDS,
+        },
+    )

@@ -1,0 +1,150 @@
+"""The archive's cost: the same gateway with ``[archive]`` off and on, side by side.
+
+- Many short conversations: ``--conversations`` (1,000) new conversations of ``--deltas`` (20)
+  content deltas each, ``--concurrency`` (20) at a time; runs/s, on ÷ off (target ≥ 0.9). With
+  the archive on, the time until its writer has written everything (``drain s``) is shown too:
+  the writes happen off the stream's path, but not for free.
+- Figure 1: one stream of ``--chunks`` (20,000) deltas; events/s, on ÷ off (target ≥ 0.95).
+
+Rounds alternate off and on; the table shows medians. The archive is a SQLite file in a temp
+directory unless ``--archive-url`` names another (e.g. ``postgresql://postgres@127.0.0.1/db``).
+
+Usage: ``.venv/bin/python bench/archive_bench.py [--conversations 1000] [--deltas 20]
+[--concurrency 20] [--chunks 20000] [--rounds 3] [--archive-url URL]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+import uvloop
+
+from bench.harness import procs
+from bench.harness.flows import gateway_run
+from bench.harness.stats import median, table
+
+RUNS_TARGET = 0.9
+EVENTS_TARGET = 0.95
+MODES = ("off", "on")
+
+
+async def many_conversations(port: int, conversations: int, deltas: int, concurrency: int) -> float:
+    """runs/s of ``conversations`` new conversations of ``deltas`` deltas."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(conversations):
+        queue.put_nowait(index)
+
+    async def worker() -> None:
+        while not queue.empty():
+            queue.get_nowait()
+            result = await gateway_run(port, deltas)
+            if result.status != 200 or result.deltas != deltas:
+                raise RuntimeError(f"bad run: {result.status} {result.body_head[:200]!r}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return conversations / (time.perf_counter() - started)
+
+
+async def archive_drained(port: int, within: float = 300.0) -> float:
+    """Seconds until the archive has nothing queued (``agent_gateway_archive_pending`` 0)."""
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        while time.perf_counter() - started < within:
+            text = (await client.get("/metrics")).text
+            for line in text.splitlines():
+                if (
+                    line.startswith("agent_gateway_archive_pending ")
+                    and float(line.split()[1]) == 0
+                ):
+                    return time.perf_counter() - started
+            await asyncio.sleep(0.05)
+    return float("nan")
+
+
+async def measure(
+    gateways: dict[str, procs.Server], args: argparse.Namespace
+) -> dict[str, dict[str, list[float]]]:
+    figures: dict[str, dict[str, list[float]]] = {
+        mode: {"runs/s": [], "drain s": [], "events/s": []} for mode in MODES
+    }
+    for server in gateways.values():
+        await gateway_run(server.port, 10)
+    for _ in range(args.rounds):
+        for mode in MODES:
+            port = gateways[mode].port
+            figures[mode]["runs/s"].append(
+                await many_conversations(port, args.conversations, args.deltas, args.concurrency)
+            )
+            drain = await archive_drained(port) if mode == "on" else 0.0
+            figures[mode]["drain s"].append(drain)
+            result = await gateway_run(port, args.chunks)
+            figures[mode]["events/s"].append(result.frames / result.elapsed)
+            if mode == "on":
+                await archive_drained(port)
+    return figures
+
+
+@contextlib.contextmanager
+def stack(archive_url: str | None) -> Iterator[dict[str, procs.Server]]:
+    with contextlib.ExitStack() as exits:
+        directory = exits.enter_context(tempfile.TemporaryDirectory(prefix="bench-archive-"))
+        url = archive_url or f"sqlite:///{directory}/archive.db"
+        upstream = procs.start_server("upstream")
+        exits.callback(upstream.stop)
+        gateways: dict[str, procs.Server] = {}
+        for mode in MODES:
+            config = procs.gateway_config(upstream.url)
+            if mode == "on":
+                with open(config, "a", encoding="utf-8") as file:
+                    file.write(f'\n[archive]\nurl = "{url}"\n')
+            gateways[mode] = procs.start_server("gateway", config=config)
+            exits.callback(gateways[mode].stop)
+        yield gateways
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--deltas", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--chunks", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--archive-url", default=None)
+    args = parser.parse_args()
+    with stack(args.archive_url) as gateways:
+        figures = uvloop.run(measure(gateways, args))
+    rows = [
+        [mode, *(median(figures[mode][name]) for name in ("runs/s", "drain s", "events/s"))]
+        for mode in MODES
+    ]
+    print(
+        table(
+            f"Archive off vs on: {args.conversations:,} conversations x {args.deltas} deltas "
+            f"(concurrency {args.concurrency}); one stream of {args.chunks:,} chunks; "
+            f"medians of {args.rounds} rounds",
+            ["archive", "runs/s", "drain s", "events/s"],
+            rows,
+        )
+    )
+    runs = median(figures["on"]["runs/s"]) / median(figures["off"]["runs/s"])
+    events = median(figures["on"]["events/s"]) / median(figures["off"]["events/s"])
+    print(
+        f"SUMMARY archive runs/s on/off = {runs:.2f} (target >= {RUNS_TARGET}) "
+        f"{'PASS' if runs >= RUNS_TARGET else 'FAIL'}; events/s on/off = {events:.2f} "
+        f"(target >= {EVENTS_TARGET}) {'PASS' if events >= EVENTS_TARGET else 'FAIL'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
