@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from app.auth.tokens import load_tokens_file
 from core.runs import RUN_TERMINAL_TYPE_LIST, RunTerminalType
+from providers.transports import DEFAULT_MAX_CONNECTIONS
 
 CONFIG_ENV_VAR = "AGENT_GATEWAY_CONFIG"
 DEMO_PROVIDER = "demo"
@@ -150,6 +151,8 @@ class ProviderConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: float = Field(60, gt=0)
     idle_timeout_seconds: float = Field(60, gt=0)
+    #: Upstream connections the provider's pooled HTTP client keeps open at most (SSE transport).
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, gt=0)
     params: dict[str, Any] = Field(default_factory=dict)
     path: str | None = None
 

@@ -20,7 +20,7 @@ from app.backends import Backend
 from app.config import Settings, load_settings
 from app.gateway import Gateway
 from app.observability.logs import RequestContextMiddleware, collect_secrets, register_secrets
-from app.streams.sse import TRANSPORT_EXTENSION
+from app.streams.sse import SERVER_SEND_EXTENSION, TRANSPORT_EXTENSION
 from providers.contract import AgentProvider
 
 __all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]
@@ -31,16 +31,21 @@ EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "antd-x-chat" /
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, plus the server's transport in ``scope["extensions"]`` when it is reachable.
+    """FastAPI, plus the server's transport and ``send`` in ``scope["extensions"]``.
 
     A subscriber dropped for a blocked send must free what its socket buffer pins at once; a
-    graceful close would wait for a peer that never reads (see ``app/streams/sse.py``).
+    graceful close would wait for a peer that never reads. An SSE stream writes its body
+    through the server's ``send``, past the middleware (see ``app/streams/sse.py``).
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = getattr(getattr(send, "__self__", None), "transport", None)
-        if transport is not None and scope["type"] in ("http", "websocket"):
-            scope.setdefault("extensions", {})[TRANSPORT_EXTENSION] = transport
+        if scope["type"] in ("http", "websocket"):
+            extensions = scope.setdefault("extensions", {})
+            transport = getattr(getattr(send, "__self__", None), "transport", None)
+            if transport is not None:
+                extensions[TRANSPORT_EXTENSION] = transport
+            if scope["type"] == "http":
+                extensions[SERVER_SEND_EXTENSION] = send
         await super().__call__(scope, receive, send)
 
 

@@ -7,7 +7,7 @@ over every delivery to up to 50 probe subscribers spread over the K; the others 
 what they receive, so the client does not lag behind what it measures). CPU is the gateway
 process's CPU-seconds during the round, per delivered event. Rounds alternate the gateway and
 a naive baseline (the minimal normalizer broadcasting to one queue per subscriber). Targets:
-p99 < 250 ms at K=500; gateway CPU per delivered event at K=500 <= 0.25 x at K=1.
+p99 <= 100 ms at K=500; gateway CPU per delivered event at K=500 <= 0.25 x at K=1.
 
 Usage: ``.venv/bin/python bench/fanout_bench.py [--ks 1,50,200,500] [--chunks 5000]
 [--delay 1] [--rounds 1] [--backend memory|redis] [--no-baseline]``
@@ -32,7 +32,7 @@ from bench.harness.client import StreamResult, read_stream, request_json
 from bench.harness.flows import baseline_body, gateway_run_body, new_key
 from bench.harness.stats import median, percentile, table
 
-P99_TARGET_MS = 250.0
+P99_TARGET_MS = 100.0
 CPU_RATIO_TARGET = 0.25
 
 
@@ -208,10 +208,10 @@ def main() -> None:
     with stack(args.backend, not args.no_baseline) as (gateway, baseline):
         data = uvloop.run(measure(gateway, baseline, ks, args.chunks, args.delay, args.rounds))
     p99, ratio, complete = report(data, args.chunks, args.delay, f" ({args.backend} backend)")
-    ok = complete and p99 < P99_TARGET_MS and (ratio != ratio or ratio <= CPU_RATIO_TARGET)
+    ok = complete and p99 <= P99_TARGET_MS and (ratio != ratio or ratio <= CPU_RATIO_TARGET)
     print(
         f"SUMMARY figure2 backend={args.backend} K={max(ks)} all_delivered={complete} "
-        f"p99={p99:.1f} ms (target < {P99_TARGET_MS:g}) "
+        f"p99={p99:.1f} ms (target <= {P99_TARGET_MS:g}) "
         f"cpu_per_delivery K={max(ks)}/K=1 = {ratio:.3f} (target <= {CPU_RATIO_TARGET}) "
         f"{'PASS' if ok else 'FAIL'}"
     )

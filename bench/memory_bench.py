@@ -5,7 +5,9 @@
     Target ≤ 50 KB each.
 (b) RSS growth during one ``--events`` (50,000) event run while one subscriber is stalled (a
     raw socket with a 4 KB receive buffer that never reads) and another reads the run to its
-    end; RSS sampled every 50 ms, growth = peak − RSS before. Target ≤ 10 MB.
+    end; RSS sampled every 50 ms, growth = peak − RSS before. The same run in a fresh gateway
+    with no stalled subscriber gives what the run itself costs. Targets: the run's growth
+    ≤ 10 MB; with the stalled subscriber, ≤ 1 MB more.
 
 Usage: ``.venv/bin/python bench/memory_bench.py [--conversations 1000] [--events 50000]``
 """
@@ -28,7 +30,8 @@ from bench.harness.flows import gateway_run, new_key
 from bench.harness.stats import table
 
 PER_CONVERSATION_TARGET = 50 * 1024
-STALLED_TARGET = 10 * 1024 * 1024
+RUN_TARGET = 10 * 1024 * 1024
+STALLED_EXTRA_TARGET = 1024 * 1024
 
 
 async def conversations(gateway: procs.Server, count: int, deltas: int) -> float:
@@ -116,25 +119,30 @@ def main() -> None:
             "<= 50 KB",
         ],
         [
-            f"RSS growth, {args.events:,}-event run + 1 stalled subscriber (peak)",
-            f"{peak / 2**20:.2f} MB",
+            f"RSS growth, {args.events:,}-event run, read normally (peak)",
+            f"{plain_peak / 2**20:.2f} MB",
             "<= 10 MB",
         ],
+        ["  same run + 1 stalled subscriber (peak)", f"{peak / 2**20:.2f} MB", ""],
         ["  same, at the end of the run", f"{end / 2**20:.2f} MB", ""],
-        ["  same run, no stalled subscriber (peak)", f"{plain_peak / 2**20:.2f} MB", ""],
         [
             "  attributable to the stalled subscriber(s)",
             f"{(peak - plain_peak) / 2**20:.2f} MB",
-            "",
+            "<= 1 MB",
         ],
     ]
     print(table("Figure 5: gateway memory", ["measure", "value", "target"], rows))
-    ok = per_conv <= PER_CONVERSATION_TARGET and peak <= STALLED_TARGET and complete
+    ok = (
+        per_conv <= PER_CONVERSATION_TARGET
+        and plain_peak <= RUN_TARGET
+        and peak - plain_peak <= STALLED_EXTRA_TARGET
+        and complete
+    )
     print(
         f"SUMMARY figure5 per_conversation={per_conv / 1024:.1f} KB (target <= 50) "
-        f"stalled_run_growth={peak / 2**20:.2f} MB (target <= 10; without the stalled "
-        f"subscriber {plain_peak / 2**20:.2f} MB) run_complete={complete} "
-        f"{'PASS' if ok else 'FAIL'}"
+        f"run_growth={plain_peak / 2**20:.2f} MB (target <= 10) "
+        f"stalled_extra={(peak - plain_peak) / 2**20:.2f} MB (target <= 1) "
+        f"run_complete={complete} {'PASS' if ok else 'FAIL'}"
     )
 
 

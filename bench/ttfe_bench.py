@@ -4,7 +4,7 @@ Alternating rounds of: a direct read of the mock upstream (``POST /v1/chat/compl
 gateway (``POST …/runs?stream=true``, a new conversation each time), and the two baselines.
 Measured from sending the request to reading the first frame that carries the upstream's first
 delta (the first token); for the gateway also to its first frame of any kind (``run.started``).
-Target: gateway median − direct median ≤ 5 ms.
+Target: gateway median − direct median ≤ 2 ms.
 
 Usage: ``.venv/bin/python bench/ttfe_bench.py [--rounds 50]``
 """
@@ -25,7 +25,7 @@ from bench.harness.client import StreamResult, read_stream
 from bench.harness.flows import baseline_body, gateway_run_body, new_key
 from bench.harness.stats import median, percentile, table
 
-TARGET_MS = 5.0
+TARGET_MS = 2.0
 CHUNKS = 5
 
 

@@ -16,6 +16,7 @@ from core import issues as msgs
 from core.issues import AgentProtocolError, AgentProtocolIssue, IssueCode, make_issue
 from core.keys import run_key_prefix
 from core.kinds import ENTITY_MAPS, EVENT_ENTITY_KIND, ID_FIELDS, START_TYPES, TERMINAL_STATUSES
+from core.processed import ProcessedIds, Token
 from core.state import STATE_KEYS, AgentState
 from core.transitions import follow_up, start_entity
 
@@ -30,6 +31,7 @@ _MISSING: Any = object()
 _MERGE_EVERY: Final = 64
 _SET: Final = 0  # (0, container, key, old) -> restore old or delete
 _TRUNC: Final = 1  # (1, list, n) -> del list[n:]
+_UNPROCESS: Final = 2  # (2, processed, token) -> remove the token added last
 
 #: The maps whose records hold streamed text (kind -> field).
 _TEXT_FIELDS: Final[dict[str, str]] = {
@@ -114,7 +116,7 @@ class Engine:
     def __init__(self, state: Mapping[str, Any] | None = None, *, strict: bool = False) -> None:
         self.strict = strict
         self.journal: list[tuple[Any, ...]] | None = None
-        self._handlers: dict[str, Callable[[Mapping[str, Any], str, str, str, Any], int]] = {}
+        self._handlers: dict[str, Callable[[Mapping[str, Any], str, str, Token, Any], int]] = {}
         for etype in EVENT_ENTITY_KIND:
             if etype in START_TYPES:
                 self._handlers[etype] = self._on_start
@@ -147,7 +149,7 @@ class Engine:
             self.entities[map_name] = records
         self.order: list[dict[str, Any]] = list(src.get("order", []))
         self.issues: list[AgentProtocolIssue] = list(src.get("issues", []))
-        self.processed: dict[str, bool] = dict(src.get("processedEventIds", {}))
+        self.processed = ProcessedIds.from_dict(src.get("processedEventIds", {}))
         self.last_seq: dict[str, Any] = dict(src.get("lastSequenceByRun", {}))
         self.journal = None
         self._dirty: dict[str, dict[str, None]] = {name: {} for name in _MAP_NAMES}
@@ -199,7 +201,7 @@ class Engine:
             self._snap_flat = {
                 "order": list(self.order),
                 "issues": list(self.issues),
-                "processedEventIds": dict(self.processed),
+                "processedEventIds": self.processed.to_dict(),
                 "lastSequenceByRun": dict(self.last_seq),
             }
             self._flat_version = self._version
@@ -234,6 +236,8 @@ class Engine:
                     container.pop(key, None)
                 else:
                     container[key] = old
+            elif entry[0] == _UNPROCESS:
+                entry[1].pop_last(entry[2])
             else:
                 _, items, length = entry
                 del items[length:]
@@ -249,16 +253,16 @@ class Engine:
         """Apply one *valid* event: ACCEPTED, DUPLICATE or REJECTED (strict: raises)."""
         run_id: str = event["runId"]
         prefix = run_key_prefix(run_id)
-        ekey = prefix + event["eventId"]
-        if ekey in self.processed:
-            return DUPLICATE
         sequence = event["sequence"]
+        etype: str = event["type"]
+        ekey = self.processed.new_token(prefix, run_id, event["eventId"], sequence, etype)
+        if ekey is None:
+            return DUPLICATE
         last = self.last_seq.get(run_id)
         if last is not None and sequence <= last:
             return self._reject(
                 event, ekey, "invalid_sequence", msgs.msg_sequence(sequence, last, run_id)
             )
-        etype: str = event["type"]
         run = self.runs.get(run_id)
         if run is not None:
             if run["sessionId"] != event["sessionId"] and etype != "session.started":
@@ -277,25 +281,25 @@ class Engine:
                 )
         return self._handlers[etype](event, etype, prefix, ekey, run)
 
-    def _reject(self, event: Mapping[str, Any], ekey: str, code: IssueCode, message: str) -> int:
+    def _reject(self, event: Mapping[str, Any], ekey: Token, code: IssueCode, message: str) -> int:
         issue = make_issue(code, event["eventId"], event["runId"], message)
         if self.strict:
             raise AgentProtocolError(issue)
         journal = self.journal
         if journal is not None:
-            journal.append((_SET, self.processed, ekey, _MISSING))
+            journal.append((_UNPROCESS, self.processed, ekey))
             journal.append((_TRUNC, self.issues, len(self.issues)))
-        self.processed[ekey] = True
+        self.processed.add(ekey)
         self.issues.append(issue)
         self._changed()
         return REJECTED
 
-    def _accept(self, ekey: str, run_id: str, sequence: Any) -> int:
+    def _accept(self, ekey: Token, run_id: str, sequence: Any) -> int:
         journal = self.journal
         if journal is not None:
-            journal.append((_SET, self.processed, ekey, _MISSING))
+            journal.append((_UNPROCESS, self.processed, ekey))
             journal.append((_SET, self.last_seq, run_id, self.last_seq.get(run_id, _MISSING)))
-        self.processed[ekey] = True
+        self.processed.add(ekey)
         self.last_seq[run_id] = sequence
         self._snap = None
         self._version += 1
@@ -309,7 +313,7 @@ class Engine:
         self._dirty[name][key] = None
 
     def _require_run(
-        self, event: Mapping[str, Any], ekey: str, run: dict[str, Any] | None
+        self, event: Mapping[str, Any], ekey: Token, run: dict[str, Any] | None
     ) -> int | None:
         if run is None:
             return self._reject(
@@ -325,7 +329,7 @@ class Engine:
         return None
 
     def _on_session_started(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         session_id: str = event["sessionId"]
         if session_id in self.sessions:
@@ -341,7 +345,7 @@ class Engine:
         return self._accept(ekey, event["runId"], event["sequence"])
 
     def _on_run_started(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         run_id: str = event["runId"]
         if run is not None:
@@ -360,7 +364,7 @@ class Engine:
         return self._accept(ekey, run_id, event["sequence"])
 
     def _on_run_terminal(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         problem = self._require_run(event, ekey, run)
         if problem is not None:
@@ -385,7 +389,7 @@ class Engine:
         return self._accept(ekey, event["runId"], event["sequence"])
 
     def _on_start(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         problem = self._require_run(event, ekey, run)
         if problem is not None:
@@ -411,7 +415,7 @@ class Engine:
         return self._accept(ekey, event["runId"], event["sequence"])
 
     def _entity(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token
     ) -> tuple[str, str, dict[str, Any]] | int:
         """(map name, key, record) of a follow-up's entity, or the outcome of its rejection."""
         kind = EVENT_ENTITY_KIND[etype]
@@ -434,7 +438,7 @@ class Engine:
         return map_name, key, record
 
     def _on_follow_up(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         found = self._entity(event, etype, prefix, ekey)
         if type(found) is int:
@@ -464,7 +468,7 @@ class Engine:
             chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
 
     def _on_text_delta(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         if self.journal is None:
             # Hot path (inlined): an append to a streaming entity, outside a strict batch.
@@ -481,7 +485,7 @@ class Engine:
                         chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
                     record["updatedAt"] = event["timestamp"]
                     self._dirty[map_name][key] = None
-                    self.processed[ekey] = True
+                    self.processed.add(ekey)
                     self.last_seq[event["runId"]] = event["sequence"]
                     self._snap = None
                     self._version += 1
@@ -503,7 +507,7 @@ class Engine:
         return self._accept(ekey, event["runId"], event["sequence"])
 
     def _on_message_delta(
-        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: str, run: Any
+        self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
     ) -> int:
         if self.journal is None and type(event["payload"]["delta"]) is str:
             record = self.entities["messages"].get(prefix + event["payload"]["messageId"])

@@ -18,6 +18,10 @@ from core.jsnum import is_js_integer, js_number_str
 __all__ = ["EventFactory"]
 
 
+#: Below this, ``str(sequence + 1)`` is JavaScript's ``String()`` of it (a safe integer).
+_FAST_SEQUENCE_MAX = 2**53 - 2
+
+
 def _now_ms() -> float:
     return time.time() * 1000.0
 
@@ -57,6 +61,24 @@ class EventFactory:
         timestamp: float | None = None,
     ) -> dict[str, Any]:
         """Return the next event. Raises ``ValueError`` for a negative/non-integer sequence."""
+        if sequence is None and event_id is None and self._sequence < _FAST_SEQUENCE_MAX:
+            # The common case: the next int sequence, whose decimal text is JS's String(n).
+            seq = self._sequence = self._sequence + 1
+            fast: dict[str, Any] = {
+                "protocolVersion": PROTOCOL_VERSION,
+                "type": type,
+                "eventId": f"{self.run_id}:{seq}:{type}",
+                "sessionId": self.session_id,
+                "runId": self.run_id,
+                "sequence": seq,
+                "timestamp": timestamp if timestamp is not None else self._now(),
+                "payload": payload if isinstance(payload, dict) else dict(payload),
+            }
+            if parent_id is not None:
+                fast["parentId"] = parent_id
+            if meta is not None:
+                fast["meta"] = meta if isinstance(meta, dict) else dict(meta)
+            return fast
         next_sequence: Any = self._sequence + 1 if sequence is None else sequence
         if not is_js_integer(next_sequence) or next_sequence < 0:
             raise ValueError("Agent event sequence must be a non-negative integer.")

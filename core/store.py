@@ -164,7 +164,7 @@ class AgentStore:
         return value
 
     def has_processed(self, run_id: str, event_id: str) -> bool:
-        return event_key(run_id, event_id) in self._engine.processed
+        return self._engine.processed.has_key(event_key(run_id, event_id))
 
     @property
     def issue_count(self) -> int:

@@ -53,6 +53,9 @@ from providers.run_events import RunEventLog
 
 __all__ = ["MISSING", "RunContext", "ToolRecord", "input_text"]
 
+#: Text deltas change nothing :meth:`RunContext._track` follows (tool argument deltas do).
+_UNTRACKED = frozenset({"message.delta", "reasoning.delta"})
+
 
 class _Missing:
     def __repr__(self) -> str:
@@ -177,6 +180,8 @@ class RunContext:
     # -- tracking -----------------------------------------------------------------------------
 
     def _track(self, type: str, payload: Mapping[str, Any], meta: Mapping[str, Any] | None) -> None:
+        if type in _UNTRACKED:
+            return
         kind = START_TYPES.get(type)
         if kind is not None:
             status = START_STATUSES[kind]

@@ -244,6 +244,11 @@ def _map(exc: Exception) -> ProviderError | None:
         return UpstreamConnectError("Timed out connecting to the upstream.")
     if isinstance(exc, httpx.ReadTimeout):
         return UpstreamIdleTimeout()
+    if isinstance(exc, httpx.PoolTimeout):
+        return UpstreamTimeout(
+            "No upstream connection became free in time (the provider's max_connections are "
+            "all in use)."
+        )
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout()
     if isinstance(exc, httpx.ConnectError):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from providers.contract import AgentProvider, AgentTransport
-from providers.transports import SSETransport, WebSocketTransport
+from providers.transports import DEFAULT_MAX_CONNECTIONS, SSETransport, WebSocketTransport
 
 __all__ = [
     "ProviderFactory",
@@ -89,7 +89,12 @@ def network_transport(config: Mapping[str, Any], default: str = "sse") -> AgentT
     timeout = _seconds(config.get("timeout_seconds"), 60.0)
     idle = _seconds(config.get("idle_timeout_seconds"), 60.0)
     if kind == "sse":
-        return SSETransport(timeout_seconds=timeout, idle_timeout_seconds=idle)
+        pool = config.get("max_connections")
+        return SSETransport(
+            timeout_seconds=timeout,
+            idle_timeout_seconds=idle,
+            max_connections=DEFAULT_MAX_CONNECTIONS if pool is None else int(pool),
+        )
     if kind == "websocket":
         return WebSocketTransport(timeout_seconds=timeout, idle_timeout_seconds=idle)
     raise ValueError(f'Unknown transport "{kind}" (expected "sse" or "websocket").')

@@ -26,6 +26,9 @@ DELTA_IDS: dict[str, str] = {
 }
 
 
+_ABSENT: Any = object()
+
+
 def _delta_key(event: AgentEvent) -> tuple[str, Any] | None:
     field = DELTA_IDS.get(event["type"])
     if field is None:
@@ -51,6 +54,20 @@ class RunEventLog:
 
     def append(self, event: AgentEvent) -> None:
         self._size += 1
+        group = self._key
+        if group is not None and event["type"] == group[0]:
+            # The next delta of the open group (inlined _delta_key: this runs per streamed delta).
+            payload = event["payload"]
+            delta = payload.get("delta")
+            if (
+                isinstance(delta, str)
+                and len(payload) == 2
+                and payload.get(DELTA_IDS[group[0]], _ABSENT) == group[1]
+                and event.get("meta") == self._meta()
+            ):
+                self._chunks.append(delta)
+                self._last = event
+                return
         key = _delta_key(event)
         if key is not None and key == self._key and event.get("meta") == self._meta():
             self._chunks.append(event["payload"]["delta"])

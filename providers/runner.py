@@ -68,7 +68,7 @@ async def run_agent_provider(
     run = _Run()
     event_types = provider.capabilities.event_types
 
-    async def emit(event: AgentEvent) -> None:
+    def check(event: AgentEvent) -> None:
         if validate_event(event) is not None:
             raise AgentProviderProtocolError(f'Provider "{provider.id}" emitted an invalid event.')
         if event["sessionId"] != options.session_id or event["runId"] != options.run_id:
@@ -80,16 +80,19 @@ async def run_agent_provider(
             raise AgentProviderProtocolError(
                 f'Provider "{provider.id}" emitted undeclared event type "{kind}".'
             )
-        _observe(run, event)
-        try:
-            await on_event(event)
-        except Exception as error:
-            raise _ConsumerError(error) from error
+        if kind in _OBSERVED:
+            _observe(run, event)
+
+    take = getattr(ctx, "take_extensions", None) if options.on_extension is not None else None
 
     async def emit_all(events: Iterable[AgentEvent]) -> None:
+        # Checks inline, one await per event: this loop carries every event of the run.
         for event in events:
-            await emit(event)
-        take = getattr(ctx, "take_extensions", None)
+            check(event)
+            try:
+                await on_event(event)
+            except Exception as error:
+                raise _ConsumerError(error) from error
         if take is not None and options.on_extension is not None:
             for key, value in take():
                 try:
@@ -106,14 +109,27 @@ async def run_agent_provider(
             if signal.aborted:  # aborted before it began: the upstream is never contacted
                 raise AbortError.from_signal(signal)
             request = await provider.prepare_request(input, ctx)
-            chunks = transport.open(request, signal)
-            try:
-                async for chunk in chunks:
-                    await emit_all(provider.transform_chunk(chunk, ctx))
-                    if signal.aborted:
-                        raise AbortError.from_signal(signal)
-            finally:
-                await _aclose(chunks)
+            open_batches = getattr(transport, "open_batches", None)
+            if open_batches is not None:
+                # The chunks of one upstream read come as one list: one generator step per read.
+                batches = open_batches(request, signal)
+                try:
+                    async for batch in batches:
+                        for chunk in batch:
+                            await emit_all(provider.transform_chunk(chunk, ctx))
+                            if signal.aborted:
+                                raise AbortError.from_signal(signal)
+                finally:
+                    await _aclose(batches)
+            else:
+                chunks = transport.open(request, signal)
+                try:
+                    async for chunk in chunks:
+                        await emit_all(provider.transform_chunk(chunk, ctx))
+                        if signal.aborted:
+                            raise AbortError.from_signal(signal)
+                finally:
+                    await _aclose(chunks)
             await emit_all(provider.flush(ctx))
         except (_ConsumerError, AgentProviderProtocolError):
             raise
@@ -195,6 +211,10 @@ async def _next_command(options: RunOptions, run: _Run, now_ms: Any) -> Command 
         run.approvals.pop(expiring[0], None)
         return Command("approval.expire", {"approvalId": expiring[0]})
     return None
+
+
+#: The event types :func:`_observe` tracks (run end, approval deadlines).
+_OBSERVED = frozenset({*RUN_TERMINAL_TYPES, "approval.requested", "approval.resolved"})
 
 
 def _observe(run: _Run, event: AgentEvent) -> None:

@@ -8,22 +8,23 @@ extensions ``event: extension``. The first frame also carries ``retry:``. Heartb
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import operator
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.streams.follow import BATCH, Follow, follow_batches
 from app.streams.snapshot import snapshot_sse
 
-__all__ = ["RETRY_MS", "sse_response"]
+__all__ = ["RETRY_MS", "SERVER_SEND_EXTENSION", "TRANSPORT_EXTENSION", "sse_response"]
 
 logger = logging.getLogger("app.sse")
 #: The reconnection delay suggested to EventSource clients.
@@ -33,6 +34,37 @@ _sse_of = operator.attrgetter("sse")
 COALESCE_BYTES = 16 * 1024
 #: Set by ``app.factory.GatewayApp``: the connection's transport.
 TRANSPORT_EXTENSION = "gateway.transport"
+#: Set by ``app.factory.GatewayApp``: the server's own ``send``, under every middleware.
+SERVER_SEND_EXTENSION = "gateway.server_send"
+
+
+async def _send_within(send: Awaitable[None], seconds: float | None) -> None:
+    """Await one send; past ``seconds`` cancel it and raise ``SendTimeoutError``.
+
+    A timer per send (cancelled when the send returns, at once unless the transport is paused)
+    instead of a cancel scope per send: with hundreds of subscribers every send counts.
+    """
+    if seconds is None:
+        await send
+        return
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        await send
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise SendTimeoutError() from None
+        raise
+    finally:
+        timer.cancel()
 
 
 class _GatewayEventSource(EventSourceResponse):
@@ -40,8 +72,20 @@ class _GatewayEventSource(EventSourceResponse):
     ref: ConversationRef
     #: The subscriber slot taken in ``sse_response`` (freed when the response ends).
     slot: str | None
+    _server_send: Send | None = None
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        """Body messages go to the server's send directly: the middleware wrappers only act on
+        the response start (headers, status), which always goes through them first."""
+        server_send = self._server_send
+        if server_send is None or message["type"] != "http.response.body":
+            await super()._send_with_timeout(send, message)
+            return
+        await _send_within(server_send(message), self.send_timeout)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self._server_send = scope.get("extensions", {}).get(SERVER_SEND_EXTENSION)
         try:
             with self.gateway.metrics.track_subscriber("sse"):
                 await super().__call__(scope, receive, send)

@@ -25,22 +25,32 @@ def new_key(prefix: str = "bench") -> str:
     return f"{prefix}-{next(_keys)}-{id(_keys) % 10000}"
 
 
-def gateway_run_body(n: int, delay_ms: float = 0, tag: str = "", provider: str = "bench") -> bytes:
-    return orjson.dumps({"input": {"prompt": prompt(n, delay_ms, tag)}, "provider": provider})
+def gateway_run_body(
+    n: int, delay_ms: float = 0, tag: str = "", provider: str = "bench", burst: int | None = None
+) -> bytes:
+    return orjson.dumps(
+        {"input": {"prompt": prompt(n, delay_ms, tag, burst)}, "provider": provider}
+    )
 
 
-def baseline_body(n: int, delay_ms: float = 0, tag: str = "") -> bytes:
+def baseline_body(n: int, delay_ms: float = 0, tag: str = "", burst: int | None = None) -> bytes:
     return orjson.dumps(
         {
             "model": "bench",
             "stream": True,
-            "messages": [{"role": "user", "content": prompt(n, delay_ms, tag)}],
+            "messages": [{"role": "user", "content": prompt(n, delay_ms, tag, burst)}],
         }
     )
 
 
 async def gateway_run(
-    port: int, n: int, delay_ms: float = 0, *, key: str | None = None, provider: str = "bench"
+    port: int,
+    n: int,
+    delay_ms: float = 0,
+    *,
+    key: str | None = None,
+    provider: str = "bench",
+    burst: int | None = None,
 ) -> StreamResult:
     """``POST …/runs?stream=true``: the run's events until its terminal event."""
     key = key or new_key()
@@ -48,14 +58,16 @@ async def gateway_run(
         port,
         "POST",
         f"/v1/conversations/{key}/runs?stream=true",
-        gateway_run_body(n, delay_ms, provider=provider),
+        gateway_run_body(n, delay_ms, provider=provider, burst=burst),
     )
 
 
-async def stream_baseline(port: int, route: str, n: int, delay_ms: float = 0) -> StreamResult:
+async def stream_baseline(
+    port: int, route: str, n: int, delay_ms: float = 0, *, burst: int | None = None
+) -> StreamResult:
     """``/relay`` or ``/normalize``: read the whole response."""
     return await read_stream(
-        port, "POST", route, baseline_body(n, delay_ms), stop_at_terminal=False
+        port, "POST", route, baseline_body(n, delay_ms, burst=burst), stop_at_terminal=False
     )
 
 

@@ -2,10 +2,11 @@
 
 The workload is read from the last user message text, so the gateway, the baselines and a
 peer (CopilotKit) drive it the same way: ``bench n=20000 delay=1 tag=abc`` streams 20,000
-content deltas, sleeping ``delay`` ms between them (0: as fast as possible, several chunks per
-write). Every delta's text is ``t=<emit time>;`` (``time.time()`` with µs), so a client can
-measure delivery latency from the bytes it receives. When a client disconnects, the time is
-recorded under ``tag`` and served by ``GET /disconnects/<tag>`` (abort latency).
+content deltas, sleeping ``delay`` ms between them (0: as fast as possible, ``burst`` chunks per
+write, 64 unless the prompt says ``burst=N``). Every delta's text is ``t=<emit time>;``
+(``time.time()`` with µs), so a client can measure delivery latency from the bytes it receives.
+When a client disconnects, the time is recorded under ``tag`` and served by
+``GET /disconnects/<tag>`` (abort latency).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-_WORD = re.compile(r"(n|delay|tag)=([\w.\-]+)")
+_WORD = re.compile(r"(n|delay|tag|burst)=([\w.\-]+)")
 #: With ``delay=0`` this many chunks go into one write (the mock must never be the bottleneck).
 BURST = 64
 SSE_HEADERS = [
@@ -35,17 +36,21 @@ SSE_HEADERS = [
 
 
 class Workload:
-    __slots__ = ("delay", "n", "tag")
+    __slots__ = ("burst", "delay", "n", "tag")
 
-    def __init__(self, n: int = 100, delay: float = 0.0, tag: str = "") -> None:
+    def __init__(self, n: int = 100, delay: float = 0.0, tag: str = "", burst: int = BURST) -> None:
         self.n = n
         self.delay = delay
         self.tag = tag
+        #: With ``delay=0``: chunks per write (one TCP read of the reader, roughly).
+        self.burst = max(1, burst)
 
 
-def prompt(n: int, delay_ms: float = 0.0, tag: str = "") -> str:
+def prompt(n: int, delay_ms: float = 0.0, tag: str = "", burst: int | None = None) -> str:
     """The user message text that asks the mock for this workload."""
     text = f"bench n={n} delay={delay_ms:g}"
+    if burst is not None:
+        text += f" burst={burst}"
     return f"{text} tag={tag}" if tag else text
 
 
@@ -55,6 +60,7 @@ def parse_workload(text: str) -> Workload:
         n=int(found.get("n", 100)),
         delay=float(found.get("delay", 0)) / 1000.0,
         tag=found.get("tag", ""),
+        burst=int(found.get("burst", BURST)),
     )
 
 
@@ -195,7 +201,7 @@ class MockUpstream:
                     body = delta()
                     sent += 1
                 else:
-                    count = min(BURST, work.n - sent)
+                    count = min(work.burst, work.n - sent)
                     body = b"".join([delta() for _ in range(count)])
                     sent += count
                 await send({"type": "http.response.body", "body": body, "more_body": True})

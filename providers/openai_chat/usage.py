@@ -17,9 +17,11 @@ def _number(value: Any) -> float | int | None:
 def find_openai_usage(chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The usage object of a chunk: top-level ``usage``, else Groq's ``x_groq.usage``."""
     usage = chunk.get("usage")
-    if isinstance(usage, Mapping):
+    if type(usage) is dict or isinstance(usage, Mapping):
         return usage
     x_groq = chunk.get("x_groq")
+    if x_groq is None:
+        return None
     if isinstance(x_groq, Mapping) and isinstance(x_groq.get("usage"), Mapping):
         groq_usage: Mapping[str, Any] = x_groq["usage"]
         return groq_usage

@@ -1,10 +1,13 @@
 """SSE transport: ``POST`` JSON with the configured headers, yield ``ServerSentEvent`` chunks.
 
-Timeouts: ``timeout_seconds`` bounds the connect and the whole request; ``idle_timeout_seconds``
-bounds the silence between two reads (``upstream_idle_timeout``). A non-2xx answer raises
-:class:`UpstreamHTTPError` (status, body excerpt, retryable for 429/5xx). On abort the socket is
-shut down from the signal callback, so a read blocked on a silent upstream wakes up at once and
-the upstream sees the disconnect immediately; the response is then closed.
+Timeouts: ``timeout_seconds`` bounds the connect and the whole request, the wait for a free pooled
+connection included; ``idle_timeout_seconds`` bounds the silence between two reads
+(``upstream_idle_timeout``). The transport's client (shared by every run of its provider) keeps
+at most ``max_connections`` upstream connections: a run that finds none free within
+``timeout_seconds`` fails with ``upstream_timeout``, it never waits silently. A non-2xx answer
+raises :class:`UpstreamHTTPError` (status, body excerpt, retryable for 429/5xx). On abort the
+socket is shut down from the signal callback, so a read blocked on a silent upstream wakes up at
+once and the upstream sees the disconnect immediately; the response is then closed.
 """
 
 from __future__ import annotations
@@ -12,12 +15,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 
 import httpx
 from httpx_sse import ServerSentEvent
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from providers.errors import (
     UpstreamEventTooLarge,
@@ -30,52 +32,121 @@ from providers.signal import AbortSignal
 from providers.transports._abort import Stopper, race_stop
 from providers.transports.request import UpstreamRequest
 
-__all__ = ["SSEParser", "SSETransport"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "SSEParser", "SSETransport"]
+
+#: Default pool size of a provider's client: one connection per concurrently streaming run, so a
+#: production gateway (>= 1,000 concurrent runs) never queues a run behind the pool.
+DEFAULT_MAX_CONNECTIONS = 1000
 
 _ERROR_BODY_BYTES = 4096
-_SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 
 
 class SSEParser:
-    """Incremental SSE parser over text pieces, bounded by ``max_event_bytes``."""
+    """Incremental SSE parser over text pieces, bounded by ``max_event_bytes``.
 
-    __slots__ = ("_decoder", "_lines", "_max", "_size", "_strict")
+    The event-stream interpretation of the HTML spec, exactly as httpx-sse's ``SSELineDecoder`` +
+    ``SSEDecoder`` apply it (the tests hold it to them), in one pass per piece: one ``split`` per
+    piece and a short path for ``data:`` lines, instead of a decoder call per line.
+    """
+
+    __slots__ = (
+        "_data",
+        "_event",
+        "_id",
+        "_max",
+        "_pending",
+        "_retry",
+        "_size",
+        "_strict",
+        "_trailing_cr",
+    )
 
     def __init__(self, max_event_bytes: int, *, strict_fields: bool = False) -> None:
-        self._lines = SSELineDecoder()
-        self._decoder = SSEDecoder()
         self._max = max_event_bytes
-        self._size = 0
+        self._size = 0  # characters in the lines of the event being read
         #: raise on a line whose field is not data/event/id/retry (the SSE spec ignores it)
         self._strict = strict_fields
+        self._pending = ""  # the piece's last, unterminated line
+        self._trailing_cr = False  # a piece ended in "\r": maybe half of "\r\n"
+        self._event = ""
+        self._data: list[str] = []
+        self._id = ""  # the last event id: kept across events, as the spec says
+        self._retry: int | None = None
 
     def feed(self, text: str) -> list[ServerSentEvent]:
+        if self._trailing_cr:
+            text = "\r" + text
+            self._trailing_cr = False
+        if text.endswith("\r"):
+            self._trailing_cr = True
+            text = text[:-1]
+        if not text:
+            return []
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        if self._pending:
+            lines[0] = self._pending + lines[0]
+        self._pending = lines.pop()
         out: list[ServerSentEvent] = []
-        for line in self._lines.decode(text):
-            self._line(line, out)
-        if sum(len(part) for part in self._lines.buffer) > self._max:
+        if lines:
+            self._lines(lines, out)
+        if len(self._pending) > self._max:
             raise UpstreamEventTooLarge(self._max)
         return out
 
     def close(self) -> list[ServerSentEvent]:
         out: list[ServerSentEvent] = []
-        for line in self._lines.flush():
-            self._line(line, out)
-        self._line("", out)
+        lines = [self._pending] if self._pending or self._trailing_cr else []
+        self._pending = ""
+        self._trailing_cr = False
+        lines.append("")
+        self._lines(lines, out)
         return out
 
-    def _line(self, line: str, out: list[ServerSentEvent]) -> None:
-        self._size = 0 if not line else self._size + len(line)
-        if self._size > self._max:
-            raise UpstreamEventTooLarge(self._max)
-        if self._strict and line and not line.startswith(":"):
-            if line.partition(":")[0] not in _SSE_FIELDS:
+    def _lines(self, lines: list[str], out: list[ServerSentEvent]) -> None:
+        size, limit, strict, data = self._size, self._max, self._strict, self._data
+        for line in lines:
+            if not line:
+                size = 0
+                if data or self._event or self._id or self._retry is not None:
+                    out.append(
+                        ServerSentEvent(
+                            event=self._event, data="\n".join(data), id=self._id, retry=self._retry
+                        )
+                    )
+                    data = self._data = []
+                    self._event = ""
+                    self._retry = None
+                continue
+            size += len(line)
+            if size > limit:
+                raise UpstreamEventTooLarge(limit)
+            if line.startswith("data: "):
+                data.append(line[6:])
+                continue
+            if line[0] == ":":
+                continue
+            field, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if field == "data":
+                data.append(value)
+            elif field == "event":
+                self._event = value
+            elif field == "id":
+                if "\0" not in value:
+                    self._id = value
+            elif field == "retry":
+                try:
+                    self._retry = int(value)
+                except ValueError:
+                    pass
+            elif strict:
                 raise UpstreamMalformedChunk(
                     "An SSE line has no known field (data, event, id, retry)."
                 )
-        sse = self._decoder.decode(line)
-        if sse is not None:
-            out.append(sse)
+        self._size = size
 
 
 class SSETransport:
@@ -88,10 +159,14 @@ class SSETransport:
         idle_timeout_seconds: float | None = 60.0,
         client: httpx.AsyncClient | None = None,
         strict_fields: bool = False,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1.")
         self.strict_fields = strict_fields
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
+        self.max_connections = max_connections
         self._client = client
         self._owns_client = client is None
 
@@ -103,7 +178,13 @@ class SSETransport:
                 write=self.timeout_seconds,
                 pool=self.timeout_seconds,
             )
-            self._client = httpx.AsyncClient(timeout=timeout)
+            # Idle connections are kept (up to the pool size, for httpx's keep-alive expiry) so
+            # a burst of runs reuses them instead of reconnecting.
+            limits = httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            )
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self._client
 
     async def aclose(self) -> None:
@@ -114,6 +195,19 @@ class SSETransport:
     async def open(
         self, request: UpstreamRequest, signal: AbortSignal
     ) -> AsyncIterator[ServerSentEvent]:
+        batches = self.open_batches(request, signal)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()  # at once: it closes the upstream response
+
+    async def open_batches(
+        self, request: UpstreamRequest, signal: AbortSignal
+    ) -> AsyncGenerator[list[ServerSentEvent], None]:
+        """Like :meth:`open`, the events of one read as one non-empty list (the runner then
+        steps this generator once per read, not once per event)."""
         stopper = Stopper(signal, self.timeout_seconds)
         try:
             stopper.check()
@@ -133,11 +227,13 @@ class SSETransport:
                     parser = SSEParser(request.max_event_bytes, strict_fields=self.strict_fields)
                     async for text in response.aiter_text():
                         stopper.check()
-                        for event in parser.feed(text):
-                            yield event
+                        events = parser.feed(text)
+                        if events:
+                            yield events
                     stopper.check()
-                    for event in parser.close():
-                        yield event
+                    events = parser.close()
+                    if events:
+                        yield events
             except Exception:
                 if stopper.stopped:
                     raise stopper.error() from None

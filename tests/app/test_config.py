@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, load_settings
+from providers.registry import network_transport
+from providers.transports import SSETransport
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +65,10 @@ def test_file_env_overrides_and_secret_expansion(
             "providers.x.headers",
         ),
         ("[limits]\nmax_input_bytes = 0\n", "limits.max_input_bytes"),
+        (
+            '[providers.x]\nkind = "openai-chat"\nmax_connections = 0\n',
+            "providers.x.max_connections",
+        ),
         ("[nonsense]\na = 1\n", "nonsense"),
         ("not toml [", "invalid TOML"),
     ],
@@ -101,3 +107,15 @@ def test_env_override_of_a_demo_from_the_file_keeps_its_kind(
     monkeypatch.setenv("AGENT_GATEWAY_PROVIDERS__DEMO__PATH", "b.jsonl")
     demo = load_settings().providers["demo"]
     assert (demo.kind, demo.path) == ("fixture", "b.jsonl")
+
+
+def test_provider_max_connections_reaches_the_transport(tmp_path: Path) -> None:
+    config = tmp_path / "pool.toml"
+    config.write_text(
+        '[providers.p]\nkind = "openai-chat"\nurl = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+        "max_connections = 7\n"
+    )
+    provider_config = load_settings(config).providers["p"].to_provider_config()
+    transport = network_transport(provider_config)
+    assert isinstance(transport, SSETransport)
+    assert transport.max_connections == 7

@@ -8,7 +8,9 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from sse_starlette.sse import SendTimeoutError
 
+from app.streams.sse import _send_within
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import (
     collect_sse,
@@ -76,6 +78,8 @@ async def test_frames_headers_heartbeat_and_retry(gw: RunningGateway) -> None:
             assert response.headers["content-type"].startswith("text/event-stream")
             assert response.headers["cache-control"] == "no-cache"
             assert response.headers["x-accel-buffering"] == "no"
+            # The start went through the middleware even though the body bypasses it.
+            assert response.headers["x-request-id"]
             raw = b""
             async for chunk in response.aiter_bytes():
                 raw += chunk
@@ -310,3 +314,25 @@ async def test_shutdown_lets_a_run_finish_within_the_grace(start_gateway: StartG
         await gw.stop()
         frames = await asyncio.wait_for(reader, 10)
     assert events_of(frames)[-1]["type"] == "run.completed"
+
+
+async def test_send_within_times_out_a_blocked_send_only() -> None:
+    release = asyncio.Event()
+
+    async def blocked() -> None:
+        await release.wait()
+
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(SendTimeoutError):
+        await _send_within(blocked(), 0.2)
+    assert asyncio.get_running_loop().time() - started < 5.0
+    # A send that completes in time returns normally; no timer is left to fire later.
+    release.set()
+    await _send_within(blocked(), 0.2)
+    await asyncio.sleep(0.3)
+    # A cancellation from outside stays a cancellation.
+    task = asyncio.ensure_future(_send_within(asyncio.sleep(3600), 30))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

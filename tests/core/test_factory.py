@@ -86,3 +86,29 @@ def test_invalid_envelopes_from_the_reference_test() -> None:
     assert not is_agent_event(unknown)
     error = validate_event(unknown)
     assert error is not None and error.path == "$.type"
+
+
+def test_generated_events_equal_the_general_path_at_every_sequence() -> None:
+    fast = EventFactory("s", "r", now=lambda: 5.0)
+    general = EventFactory("s", "r", now=lambda: 5.0)
+    for seq in range(3):
+        meta = {"k": seq} if seq == 1 else None
+        parent = "p" if seq == 2 else None
+        made = fast.create("message.delta", {"messageId": "m", "delta": "x"}, meta=meta,
+                           parent_id=parent)  # fmt: skip
+        assert made == general.create(
+            "message.delta", {"messageId": "m", "delta": "x"}, meta=meta, parent_id=parent,
+            sequence=seq,
+        )  # fmt: skip
+        assert made["eventId"] == f"r:{seq}:message.delta"
+        assert type(made["sequence"]) is int
+    assert fast.sequence == general.sequence == 2
+
+
+def test_sequence_past_the_safe_integers_still_uses_js_number_text() -> None:
+    factory = EventFactory("s", "r", now=lambda: 5.0, initial_sequence=2**53 - 2)
+    event = factory.create("run.started", {})
+    assert event["sequence"] == 2**53 - 1
+    assert event["eventId"] == f"r:{2**53 - 1}:run.started"
+    beyond = EventFactory("s", "r", now=lambda: 5.0, initial_sequence=10**21)
+    assert beyond.create("run.started", {})["eventId"] == "r:1e+21:run.started"

@@ -30,6 +30,7 @@ from providers.transports.sse import SSEParser
 from providers.validator import validate_agent_provider_events
 from tests.providers.mock_upstreams import responses_every_item_frames
 from tests.providers.replay_helpers import FIXTURES, final_state
+from tests.providers.support import OracleSSEParser
 
 FUZZ = settings(
     max_examples=25,
@@ -327,6 +328,50 @@ def test_sse_parser_is_chunking_invariant_and_bounded(text: str, cuts: list[int]
     if isinstance(whole, list):
         for _event, data, _id in whole:
             assert len(data) <= 64 * 2 + 2  # bounded by the limit (data lines of one event)
+
+
+def _parse_with(parser: Any, pieces: list[str]) -> list[tuple[Any, ...]] | str:
+    out = []
+    try:
+        for piece in pieces:
+            out.extend(parser.feed(piece))
+        out.extend(parser.close())
+    except (UpstreamEventTooLarge, OverflowError):
+        return "too-large"
+    except (UpstreamMalformedChunk, ValueError):
+        return "malformed"
+    return [(e.event, e.data, e.id, e.retry) for e in out]
+
+
+sse_lines = st.lists(
+    st.one_of(
+        st.sampled_from(
+            ["data: ", "data:", "data", "event: x\n", "event:", "id: 7\n", "id: a\x00b\n",
+             "id:\n", "retry: 5\n", "retry: x\n", ": c\n", ":", "other: v\n", " data: x"]
+        ),
+        st.sampled_from(["\n", "\r\n", "\r", "\n\n", "\r\n\r\n", "\r\r"]),
+        st.text(alphabet="ab :\r\n\x00", max_size=20),
+    ),
+    max_size=40,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(
+    text=sse_lines,
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=10),
+    limit=st.sampled_from([8, 64, 4096]),
+    strict=st.booleans(),
+)
+def test_sse_parser_matches_httpx_sse_decoders(
+    text: str, cuts: list[int], limit: int, strict: bool
+) -> None:
+    bounds = sorted({c % (len(text) + 1) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)], strict=True)]
+    pieces = [p for p in pieces if p]  # httpx never hands the parser an empty piece
+    assert _parse_with(SSEParser(limit, strict_fields=strict), pieces) == _parse_with(
+        OracleSSEParser(limit, strict_fields=strict), pieces
+    )
 
 
 def test_sse_parser_refuses_a_line_without_end() -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from providers.agent_event import AgentEventProvider
 from providers.contract import Command, RunOptions
+from providers.signal import AbortSignal
 from providers.testing import make_options, run_collect
-from providers.transports import SSETransport, WebSocketTransport
+from providers.transports import SSETransport, UpstreamRequest, WebSocketTransport
 from providers.validator import validate_agent_provider_events
 from tests.providers.loopback import Loopback, serve_loopback
 from tests.support import free_port
@@ -298,3 +299,15 @@ async def test_native_sse_continuation_carries_every_command_in_order() -> None:
         "approval.resolved",
         "run.completed",
     ]
+
+
+async def test_open_batches_groups_the_same_events_as_open() -> None:
+    async with serve_loopback() as loopback:
+        transport = SSETransport()
+        request = UpstreamRequest(f"http://{loopback.url}/sse/slow?count=40&delay=0", json={})
+        singles = [e.data async for e in transport.open(request, AbortSignal())]
+        batches = [b async for b in transport.open_batches(request, AbortSignal())]
+        await transport.aclose()
+    assert all(batches)  # every batch is one read's non-empty list
+    assert [e.data for batch in batches for e in batch] == singles
+    assert len(singles) == 44  # opening (2) + 40 deltas + completed + run.completed

@@ -279,3 +279,32 @@ async def test_openrouter_reasoning_details_kept_in_meta() -> None:
     )
     completed = next(e for e in events if e["type"] == "reasoning.completed")
     assert completed["meta"] == {"reasoningDetails": [detail]}
+
+
+def test_decode_text_chunks_and_mixed_deltas_keep_every_segment() -> None:
+    def segments(delta: dict[str, Any]) -> list[tuple[str, str]]:
+        chunk = decode_chunk(orjson.dumps({"choices": [{"index": 0, "delta": delta}]}).decode())
+        return [(s.kind, s.text) for s in chunk.choices[0].segments]
+
+    assert segments({"content": "hi"}) == [("content", "hi")]
+    assert segments({"role": "assistant", "content": "hi"}) == [("content", "hi")]
+    assert segments({"role": "assistant", "content": ""}) == []
+    assert segments({"content": None}) == []
+    assert segments({"content": [{"type": "text", "text": "a"}]}) == [("content", "a")]
+    # role + something other than content, or content + more: every field is read.
+    assert segments({"role": "assistant", "reasoning_content": "r"}) == [("reasoning", "r")]
+    assert segments({"content": "c", "reasoning_content": "r"}) == [
+        ("reasoning", "r"),
+        ("content", "c"),
+    ]
+    assert segments({"role": "assistant", "content": "c", "refusal": "no"}) == [
+        ("content", "c"),
+        ("refusal", "no"),
+    ]
+    calls = decode_chunk(
+        orjson.dumps(
+            {"choices": [{"delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "t"}]}}]}
+        ).decode()
+    )
+    assert calls.choices[0].tool_calls[0].id == "t"
+    assert decode_chunk(" [DONE] ").done

@@ -150,7 +150,8 @@ def test_public_surfaces_are_pinned() -> None:
     }  # fmt: skip
     assert set(providers.__all__) == expected_providers
     assert set(providers.transports.__all__) == {
-        "DEFAULT_MAX_EVENT_BYTES", "ChannelTurn", "ChunkSource", "IterableTransport",
+        "DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_EVENT_BYTES", "ChannelTurn", "ChunkSource",
+        "IterableTransport",
         "ReplayTransport", "SSEParser", "SSETransport", "UpstreamRequest", "WebSocketChannel",
         "WebSocketTransport", "abortable_sleep",
     }  # fmt: skip
