@@ -195,12 +195,14 @@ class RunManager:
                 slot.queue.append(request)
                 status = "queued"
             else:  # interrupt: cancel the active run and every run accepted before this one
-                await self.backend.enqueue_run(ref, request.run_id, limit=None, interrupt=True)
+                # Locally first, before any await: the worker must not start an earlier run
+                # un-cancelled while the backend (a Redis round trip) records the interrupt.
                 for earlier in slot.queue:
                     earlier.cancelled = "interrupted"
                 current = slot.current  # maybe still waiting for the slot: abort it here
                 if current is not None and not current.ended:
                     current.abort("interrupted")
+                await self.backend.enqueue_run(ref, request.run_id, limit=None, interrupt=True)
                 slot.queue.append(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
