@@ -47,13 +47,15 @@ def _outcomes(answers: list[httpx.Response]) -> Counter[tuple[int, str | None]]:
     )
 
 
-async def _post_runs(clients: list[httpx.AsyncClient], keys: list[str]) -> list[httpx.Response]:
+async def _post_runs(
+    clients: list[httpx.AsyncClient], keys: list[str], prompt: str = "text:1"
+) -> list[httpx.Response]:
     """One POST …/runs per key, all at once, spread over the instances."""
     return list(
         await asyncio.gather(
             *(
                 clients[i % len(clients)].post(
-                    f"/v1/conversations/{key}/runs", json={"input": {"prompt": "text:1"}}
+                    f"/v1/conversations/{key}/runs", json={"input": {"prompt": prompt}}
                 )
                 for i, key in enumerate(keys)
             )
@@ -72,7 +74,9 @@ async def test_runs_per_minute_admit_exactly_the_limit(gateways: Gateways) -> No
 async def test_refused_runs_do_not_count_against_the_rate(gateways: Gateways) -> None:
     instances = await _pair(gateways, runs_per_minute_per_principal=LIMIT)
     async with _clients(instances) as clients:
-        same = await _post_runs(clients, ["busy"] * REQUESTS)  # one run; the rest refused
+        # One run, long enough that it is still running when the last POST arrives: the rest
+        # are refused (a run that had already ended would let the next one start).
+        same = await _post_runs(clients, ["busy"] * REQUESTS, prompt="text:1 sleep:3")
         outcomes = _outcomes(same)
         assert outcomes[(202, None)] == 1
         # 409, or 429 while requests refused a moment later still held their place.
