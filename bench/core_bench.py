@@ -1,4 +1,4 @@
-"""Core benchmark (issue 2): not a test, prints figures.
+"""Core benchmark: not a test, prints figures.
 
 1. Validated + reduced events per second through ``AgentStore.dispatch`` (which validates every
    event, then reduces it) for a realistic mix: 80% message/reasoning deltas, the rest starts,

@@ -1,4 +1,4 @@
-"""Gateway memory under faults (issue 8): RSS before, during and after each fault. Not a test.
+"""Gateway memory under faults: RSS before, during and after each fault. Not a test.
 
 A gateway process (memory backend, uvloop + httptools, ``bench/harness/serve.py``) faces, one
 after the other:

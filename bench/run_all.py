@@ -1,4 +1,4 @@
-"""Run every figure of issue 9 in sequence and print their tables and summary lines.
+"""Run every figure of BENCHMARKS.md in sequence and print their tables and summary lines.
 
 Each figure runs in its own processes (fresh servers), one after the other, so they never
 compete with each other for the two cores. ``--quick`` uses smaller sizes (about a minute in

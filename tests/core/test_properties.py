@@ -1,4 +1,4 @@
-"""Property tests: random streams of valid and invalid events (issue 2)."""
+"""Property tests: random streams of valid and invalid events."""
 
 from __future__ import annotations
 
