@@ -8,64 +8,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.archive.writer import ArchiveWriter
-from app.backends import (
-    Backend,
-    ConversationMeta,
-    ConversationRef,
-    IdempotencyRecord,
-    LogEntry,
-    ReadResult,
-    RunControl,
-    Snapshot,
-)
-from app.backends.limit_store import LimitStore
+from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
+from app.backends.delegating import DelegatingBackend
 from app.backends.types import LogItem
-from core.runs import AbortReason
-from providers.contract import Command
 
 __all__ = ["ArchivingBackend"]
 
 
-class ArchivingBackend(Backend):
+class ArchivingBackend(DelegatingBackend):
     def __init__(self, inner: Backend, writer: ArchiveWriter) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._writer = writer
-
-    @property
-    def inner(self) -> Backend:
-        return self._inner
-
-    # --- lifecycle -----------------------------------------------------------------------
-    async def start(self) -> None:
-        await self._inner.start()
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-    async def ping(self) -> bool:
-        return await self._inner.ping()
-
-    # --- conversations -------------------------------------------------------------------
-    async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
-        return await self._inner.create_conversation(ref, meta)
-
-    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
-        return await self._inner.reserve_conversation(ref, limit)
-
-    def limit_store(self) -> LimitStore | None:
-        return self._inner.limit_store()
-
-    async def restore_conversation(
-        self,
-        ref: ConversationRef,
-        meta: ConversationMeta,
-        state: dict[str, Any],
-        extensions: dict[str, Any],
-    ) -> bool:
-        return await self._inner.restore_conversation(ref, meta, state, extensions)
-
-    async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
-        return await self._inner.get_meta(ref)
 
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         await self._inner.save_meta(ref, meta)
@@ -77,87 +30,14 @@ class ArchivingBackend(Backend):
         self._writer.delete(ref, meta.session_id if meta is not None else None)
         return existed
 
-    async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
-        return await self._inner.list_conversations(principal)
-
-    # --- log and state -------------------------------------------------------------------
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         entry = await self._inner.append_event(ref, event)
         if entry.event_type == "run.started":  # archived as started
             self._writer.flush(ref)
         return entry
 
-    async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
-        return await self._inner.append_extension(ref, key, value)
-
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         entries = await self._inner.append_batch(ref, items)
         if any(entry.event_type == "run.started" for entry in entries):  # archived as started
             self._writer.flush(ref)
         return entries
-
-    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
-        return await self._inner.snapshot(ref)
-
-    async def head_cursor(self, ref: ConversationRef) -> str:
-        return await self._inner.head_cursor(ref)
-
-    async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
-    ) -> ReadResult:
-        return await self._inner.read(ref, after, limit=limit, wait=wait)
-
-    def wake_readers(self) -> None:
-        self._inner.wake_readers()
-
-    # --- runs ----------------------------------------------------------------------------
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
-        return await self._inner.claim_run(ref, control)
-
-    async def release_run(self, ref: ConversationRef, run_id: str) -> None:
-        await self._inner.release_run(ref, run_id)
-
-    async def active_run(self, ref: ConversationRef) -> str | None:
-        return await self._inner.active_run(ref)
-
-    async def request_abort(
-        self, ref: ConversationRef, run_id: str | None, reason: AbortReason = "aborted"
-    ) -> str | None:
-        return await self._inner.request_abort(ref, run_id, reason)
-
-    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
-        return await self._inner.end_run(ref, run_id)
-
-    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
-        await self._inner.wait_run_slot(ref, wait)
-
-    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
-        return await self._inner.send_command(ref, run_id, command)
-
-    # --- the queue of enqueued runs --------------------------------------------------------
-    async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
-    ) -> bool:
-        return await self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
-
-    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
-        return await self._inner.drop_run(ref, run_id)
-
-    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
-        return self._inner.run_dropped(ref, run_id)
-
-    async def queued_runs(self, ref: ConversationRef) -> int:
-        return await self._inner.queued_runs(ref)
-
-    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
-        return await self._inner.is_queued(ref, run_id)
-
-    # --- idempotency ---------------------------------------------------------------------
-    async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
-        return await self._inner.idempotency_get(scope)
-
-    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
-        return await self._inner.idempotency_put(scope, record, ttl)
-
-    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
-        return await self._inner.idempotency_refresh(scope, ttl)
