@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,15 +100,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     cs = [int(c) for c in args.cs.split(",")]
-    with contextlib.ExitStack() as exits:
-        upstream = procs.start_server("upstream")
-        exits.callback(upstream.stop)
-        redis = exits.enter_context(procs.redis_process())
-        gateways = {}
-        for name in BACKENDS:
-            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis.url)
-            gateways[name] = procs.start_server("gateway", config=config)
-            exits.callback(gateways[name].stop)
+    with procs.gateways_per_backend(BACKENDS) as (_redis, gateways):
         out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds))
     rows: list[list[object]] = []
     for name in BACKENDS:

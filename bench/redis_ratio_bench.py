@@ -13,7 +13,6 @@ Usage: ``.venv/bin/python bench/redis_ratio_bench.py [--chunks 20000] [--rounds 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
@@ -77,15 +76,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=1.0)
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
-    with contextlib.ExitStack() as exits:
-        upstream = procs.start_server("upstream")
-        exits.callback(upstream.stop)
-        redis = exits.enter_context(procs.redis_process())
-        gateways = {}
-        for name in BACKENDS:
-            config = procs.gateway_config(upstream.url, backend=name, redis_url=redis.url)
-            gateways[name] = procs.start_server("gateway", config=config)
-            exits.callback(gateways[name].stop)
+    with procs.gateways_per_backend(BACKENDS) as (redis, gateways):
         series, fan, total = uvloop.run(
             measure(gateways, redis, args.chunks, args.rounds, ks, args.fan_chunks, args.delay)
         )

@@ -268,3 +268,22 @@ def redis_process(*extra: str) -> Iterator[RedisProcess]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@contextlib.contextmanager
+def gateways_per_backend(
+    backends: tuple[str, ...],
+) -> Iterator[tuple[RedisProcess, dict[str, Server]]]:
+    """The mock upstream, a private ``redis-server`` and one gateway per backend in
+    ``backends`` (all reading that upstream), stopped on exit: the set-up of a side-by-side
+    memory vs Redis bench."""
+    with contextlib.ExitStack() as exits:
+        upstream = start_server("upstream")
+        exits.callback(upstream.stop)
+        redis = exits.enter_context(redis_process())
+        gateways: dict[str, Server] = {}
+        for name in backends:
+            config = gateway_config(upstream.url, backend=name, redis_url=redis.url)
+            gateways[name] = start_server("gateway", config=config)
+            exits.callback(gateways[name].stop)
+        yield redis, gateways
