@@ -5,7 +5,9 @@ private ``redis-server``), in alternating rounds: C conversations each get one S
 then C runs start at once, each streaming ``--deltas`` deltas at ``--rate`` deltas/s. Added
 delivery latency is the delta's emit time at the mock upstream to its read by the subscriber
 (p99 over every delivery). The figure is the largest C whose p99 stays <= ``--budget-ms`` and
-whose every subscriber got every delta. Target: Redis C >= 0.5 x memory C.
+whose every subscriber got every delta. Targets: Redis C >= 0.5 x memory C, and memory C >= 0.8 x
+what the minimal normalizer (``bench/harness/baselines.py``, ``POST /normalize``: C streaming
+requests at once, the request itself is the subscriber) sustains in the same rounds.
 
 Usage: ``.venv/bin/python bench/capacity_bench.py [--cs 25,50,100,200,400] [--rate 50]
 [--deltas 250] [--budget-ms 100] [--rounds 1]``
@@ -25,10 +27,11 @@ import uvloop
 
 from bench.harness import procs
 from bench.harness.client import read_stream, request_json
-from bench.harness.flows import gateway_run_body, new_key
+from bench.harness.flows import baseline_body, gateway_run_body, new_key
 from bench.harness.stats import percentile, table
 
 BACKENDS = ("memory", "redis")
+CONTENDERS = (*BACKENDS, "normalizer")
 
 
 @dataclass
@@ -69,14 +72,33 @@ async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
     )
 
 
+async def step_normalizer(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
+    before = server.cpu_seconds()
+    body = baseline_body(deltas, 1000.0 / rate)
+    results = await asyncio.gather(
+        *(read_stream(server.port, "POST", "/normalize", body) for _ in range(c))
+    )
+    latencies = [x for r in results for x in r.latencies]
+    complete = all(r.deltas == deltas and r.terminal == b"completed" for r in results)
+    return Step(
+        c,
+        complete,
+        percentile(latencies, 50) * 1000,
+        percentile(latencies, 99) * 1000,
+        server.cpu_seconds() - before,
+    )
+
+
 async def measure(
     gateways: dict[str, procs.Server], cs: list[int], deltas: int, rate: float, rounds: int
 ) -> dict[str, dict[int, list[Step]]]:
-    out: dict[str, dict[int, list[Step]]] = {name: {} for name in BACKENDS}
+    out: dict[str, dict[int, list[Step]]] = {name: {} for name in CONTENDERS}
     for c in cs:
         for _ in range(rounds):
             for name in BACKENDS:
                 out[name].setdefault(c, []).append(await step(gateways[name], c, deltas, rate))
+            normalizer = await step_normalizer(gateways["baseline"], c, deltas, rate)
+            out["normalizer"].setdefault(c, []).append(normalizer)
     return out
 
 
@@ -100,26 +122,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     cs = [int(c) for c in args.cs.split(",")]
-    with procs.gateways_per_backend(BACKENDS) as (_redis, gateways):
+    with procs.gateways_per_backend(BACKENDS, baseline=True) as (_redis, gateways):
         out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds))
     rows: list[list[object]] = []
-    for name in BACKENDS:
+    for name in CONTENDERS:
         for c in cs:
             for s in out[name][c]:
                 rows.append([name, c, "yes" if s.complete else "NO", s.p50_ms, s.p99_ms, s.cpu_s])
     print(
         table(
             f"Capacity: C answers at {args.rate:g} deltas/s, one subscriber each",
-            ["backend", "C", "all delivered", "p50 ms", "p99 ms", "gateway CPU s"],
+            ["server", "C", "all delivered", "p50 ms", "p99 ms", "server CPU s"],
             rows,
         )
     )
     mem = capacity(out["memory"], args.budget_ms)
     red = capacity(out["redis"], args.budget_ms)
+    norm = capacity(out["normalizer"], args.budget_ms)
     ratio = red / mem if mem else float("nan")
+    versus = mem / norm if norm else float("nan")
     print(
         f"SUMMARY capacity p99 <= {args.budget_ms:g} ms: memory C = {mem}, redis C = {red}, "
-        f"redis/memory = {ratio:.2f} (C tried: {args.cs})"
+        f"normalizer C = {norm}; redis/memory = {ratio:.2f} (target >= 0.5), "
+        f"memory/normalizer = {versus:.2f} (target >= 0.8) (C tried: {args.cs})"
     )
 
 

@@ -272,11 +272,12 @@ def redis_process(*extra: str) -> Iterator[RedisProcess]:
 
 @contextlib.contextmanager
 def gateways_per_backend(
-    backends: tuple[str, ...],
+    backends: tuple[str, ...], *, baseline: bool = False
 ) -> Iterator[tuple[RedisProcess, dict[str, Server]]]:
     """The mock upstream, a private ``redis-server`` and one gateway per backend in
     ``backends`` (all reading that upstream), stopped on exit: the set-up of a side-by-side
-    memory vs Redis bench."""
+    memory vs Redis bench. With ``baseline``, the baselines' server (same upstream) is in the
+    dict too, under ``"baseline"``."""
     with contextlib.ExitStack() as exits:
         upstream = start_server("upstream")
         exits.callback(upstream.stop)
@@ -286,4 +287,7 @@ def gateways_per_backend(
             config = gateway_config(upstream.url, backend=name, redis_url=redis.url)
             gateways[name] = start_server("gateway", config=config)
             exits.callback(gateways[name].stop)
+        if baseline:
+            gateways["baseline"] = start_server("baseline", env={"BENCH_UPSTREAM": upstream.url})
+            exits.callback(gateways["baseline"].stop)
         yield redis, gateways
