@@ -35,6 +35,10 @@ GROUP = "webhooks"
 CAPACITY = 256
 #: A failing Redis is retried after this long (the loops never end on an error).
 ERROR_PAUSE_SECONDS = 0.5
+#: Consumers of killed instances (nothing pending after the takeover) are removed from the
+#: group once idle this long (a live one reads every second), checked this often.
+DEAD_CONSUMER_IDLE_MS = 3_600_000
+CLEANUP_EVERY_SECONDS = 600.0
 
 
 def outbox_key(prefix: str) -> str:
@@ -71,6 +75,7 @@ class RedisWebhookOutbox:
         self._room.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._next_cleanup = time.monotonic() + CLEANUP_EVERY_SECONDS
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -219,6 +224,9 @@ class RedisWebhookOutbox:
             try:
                 await self._refresh()
                 await self._take_over()
+                if time.monotonic() >= self._next_cleanup:
+                    self._next_cleanup = time.monotonic() + CLEANUP_EVERY_SECONDS
+                    await self._forget_dead_consumers()
             except ResponseError as exc:
                 if "NOGROUP" in str(exc):
                     with contextlib.suppress(RedisError, OSError):
@@ -253,6 +261,17 @@ class RedisWebhookOutbox:
             await self.redis.xclaim(
                 self.key, GROUP, self.consumer, min_idle_time=0, message_ids=kept, justid=True
             )
+
+    async def _forget_dead_consumers(self) -> None:
+        for consumer in await self.redis.xinfo_consumers(self.key, GROUP):
+            name = _text(consumer.get("name"))
+            idle = int(consumer.get("idle", 0))
+            if (
+                name != self.consumer
+                and not consumer.get("pending")
+                and idle > DEAD_CONSUMER_IDLE_MS
+            ):
+                await self.redis.xgroup_delconsumer(self.key, GROUP, name)
 
     async def _take_over(self) -> None:
         """Entries idle for claim_idle: their instance died (or handed them back)."""
