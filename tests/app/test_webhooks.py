@@ -281,6 +281,34 @@ async def test_run_read_is_retried_when_the_backend_is_down(start_gateway: Start
         assert receiver.acknowledged[0]["run"]["runId"] == run["runId"]
 
 
+async def test_enqueue_is_retried_in_the_background_when_the_outbox_is_down(
+    start_gateway: StartGateway,
+) -> None:
+    """The outbox refuses the first puts (Redis down at the run's end): the run still ends and
+    frees its conversation at once, and the webhook is queued and delivered afterwards."""
+    async with serve_receiver(Receiver()) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        dispatcher = gw.gateway.webhooks
+        dispatcher.enqueue_wait_seconds = 0.05
+        put, failures = dispatcher.outbox.put, [2]
+
+        async def flaky_put(entry: Any) -> None:
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise ConnectionError("outbox down")
+            await put(entry)
+
+        dispatcher.outbox.put = flaky_put  # type: ignore[method-assign]
+        async with gw.client() as client:
+            run = await start_run(client, "c1", "text:1")
+            await wait_state(client, "c1", lambda s: not s["isRequesting"])
+            second = await start_run(client, "c1", "text:1")  # the slot was released
+            await receiver.wait_acknowledged(2)
+        assert failures == [0]
+        runs = {hook["run"]["runId"] for hook in receiver.acknowledged}
+        assert runs == {run["runId"], second["runId"]}
+
+
 async def test_two_instances_deliver_one_webhook_per_run() -> None:
     """On Redis every instance delivers from the shared outbox: still one delivery per run,
     signed."""
