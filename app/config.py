@@ -92,6 +92,8 @@ class WebhooksSection(_Section):
     url: str = ""
     secret: str = "${WEBHOOK_SECRET}"
     events: list[WebhookEvent] = Field(default_factory=_all_webhook_events)
+    #: Retries of an undelivered webhook stop this long after its run ended (counted failed).
+    give_up_seconds: float = Field(3600, gt=0)
 
     @field_validator("url")
     @classmethod

@@ -48,10 +48,18 @@ class Gateway:
         self.backend: Backend = InstrumentedBackend(live, self.metrics, label)
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
         self.runs.archive = self.archive
-        #: Completion webhooks of [webhooks] (app/observability/webhooks.py); off without a url.
-        self.webhooks = WebhookDispatcher(settings.webhooks, self.backend, self.metrics.registry)
+        #: Completion webhooks of [webhooks] (app/observability/webhooks/); off without a url.
+        #: Their outbox is the backend's when instances share one (Redis), else in process.
+        hooks = settings.webhooks
+        self.webhooks = WebhookDispatcher(
+            hooks,
+            self.backend,
+            self.metrics.registry,
+            outbox=self.backend.webhook_outbox() if hooks.url else None,
+        )
         if self.webhooks.enabled:
-            self.runs.run_listeners.append(self.webhooks.run_ended)
+            self.runs.run_end_hooks.append(self.webhooks.run_ended)
+            self.backend.watch_lost_runs(self.webhooks.run_lost)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None
@@ -63,7 +71,7 @@ class Gateway:
         await self.backend.start()
         if self.archive is not None:
             await self.archive.start()
-        self.webhooks.start()
+        await self.webhooks.start()
 
     async def find_snapshot(self, ref: ConversationRef) -> Snapshot | None:
         """The live snapshot, else the archived one (None when neither holds ``ref``)."""

@@ -1,7 +1,7 @@
 """The completion webhooks in the OpenAPI document (OpenAPI 3.1 ``webhooks``).
 
 Documentation only: what the gateway POSTs to ``[webhooks] url``; the dispatcher is
-``app/observability/webhooks.py``.
+``app/observability/webhooks/``.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from app.backends.roles import (
     RunSignals,
     RunSlots,
     Snapshots,
+    WebhookSupport,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ __all__ = [
     "RunSlots",
     "Snapshot",
     "Snapshots",
+    "WebhookSupport",
     "create_backend",
 ]
 

@@ -32,6 +32,7 @@ from app.backends.roles import (
     RunSignals,
     RunSlots,
     Snapshots,
+    WebhookSupport,
 )
 from app.backends.types import (
     EMPTY_CURSOR,
@@ -69,6 +70,7 @@ class Backend(
     RunSignals,
     QueuedRuns,
     IdempotencyStore,
+    WebhookSupport,
     Protocol,
 ):
     """Storage and control of conversations: every role. Coroutines except ``wake_readers``

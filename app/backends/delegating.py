@@ -18,6 +18,7 @@ from app.backends.types import (
     RunControl,
     Snapshot,
 )
+from app.backends.webhook_outbox import LostRunListener, WebhookOutbox
 from core.runs import AbortReason
 from providers.contract import Command
 
@@ -150,3 +151,10 @@ class DelegatingBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self._inner.idempotency_refresh(scope, ttl)
+
+    # --- webhooks ------------------------------------------------------------------------
+    def webhook_outbox(self) -> WebhookOutbox | None:
+        return self._inner.webhook_outbox()
+
+    def watch_lost_runs(self, listener: LostRunListener) -> None:
+        self._inner.watch_lost_runs(listener)

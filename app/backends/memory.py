@@ -26,6 +26,7 @@ from app.backends.types import (
     RunControl,
     Snapshot,
 )
+from app.backends.webhook_outbox import LostRunListener
 from app.ids import new_token
 from core.runs import AbortReason
 from core.store import AgentStore
@@ -416,3 +417,10 @@ class MemoryBackend(Backend):
             return False
         self._idempotency[scope] = (time.time() + ttl, item[1])
         return True
+
+    # --- webhooks ------------------------------------------------------------------------
+    def webhook_outbox(self) -> None:
+        return None  # one instance: the dispatcher's in-process queue
+
+    def watch_lost_runs(self, listener: LostRunListener) -> None:
+        return None  # one instance: a run never outlives its owner

@@ -26,6 +26,7 @@ from providers.contract import Command
 
 if TYPE_CHECKING:
     from app.backends.limit_store import LimitStore
+    from app.backends.webhook_outbox import LostRunListener, WebhookOutbox
 
 __all__ = [
     "ConversationStore",
@@ -37,6 +38,7 @@ __all__ = [
     "RunSignals",
     "RunSlots",
     "Snapshots",
+    "WebhookSupport",
 ]
 
 
@@ -250,3 +252,17 @@ class IdempotencyStore(Protocol):
     @abstractmethod
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         """Push the scope's expiry ``ttl`` seconds out; False when it holds no record."""
+
+
+class WebhookSupport(Protocol):
+    """Where completion webhooks wait when instances share them, and the runs a backend ends
+    by itself (their owner was lost) so that those send their webhook too."""
+
+    @abstractmethod
+    def webhook_outbox(self) -> WebhookOutbox | None:
+        """The outbox every instance delivers from (None: the dispatcher's in-process queue)."""
+
+    @abstractmethod
+    def watch_lost_runs(self, listener: LostRunListener) -> None:
+        """Await ``listener`` for every run this instance ends because its owner was lost,
+        before that end is written (one instance, memory: never happens)."""

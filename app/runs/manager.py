@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -72,6 +72,10 @@ class RunManager:
         self._slots: dict[ConversationRef, _Slot] = {}
         #: Told (synchronously; must not block) of every run that ended on this instance.
         self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
+        #: Awaited when a run ended on this instance, before its slot is released (what must
+        #: be handed over before another instance may take the conversation: webhooks). Each
+        #: bounds its own wait; a failure is logged.
+        self.run_end_hooks: list[Callable[[ConversationRef, str], Awaitable[None]]] = []
         #: Rate, conversation and subscriber limits of [limits] (app/runs/limits.py).
         self.limits = GatewayLimits(settings.limits, backend.limit_store())
         #: [archive]: a conversation the live backend forgot is restored from it to continue.
@@ -219,10 +223,13 @@ class RunManager:
 
     async def _finishing_elsewhere(self, ref: ConversationRef) -> bool:
         """The slot is held (on another instance) by a run whose terminal is already logged,
-        and no run waits: a new run is next, not refused."""
+        and no run waits: a new run is next, not refused. So is a slot released since the
+        claim failed (the worker claims it in turn)."""
         holder = await self.backend.active_run(ref)
-        if holder is None or await self.backend.queued_runs(ref):
+        if await self.backend.queued_runs(ref):
             return False
+        if holder is None:
+            return True
         snapshot = await self.backend.snapshot(ref)
         run = None if snapshot is None else snapshot.state.get("runs", {}).get(holder)
         return run is not None and run.get("status") != "running"
@@ -255,6 +262,7 @@ class RunManager:
                         )
                     finally:
                         self._run_ended(ref, request.run_id)
+                        await self._run_end_hooks(ref, request.run_id)
                         await self.backend.release_run(ref, request.run_id)
                 except Exception:
                     logger.exception("run %s could not be executed", request.run_id)
@@ -278,6 +286,13 @@ class RunManager:
                 listener(ref, run_id)
             except Exception:
                 logger.exception("a run listener failed for run %s", run_id)
+
+    async def _run_end_hooks(self, ref: ConversationRef, run_id: str) -> None:
+        for hook in self.run_end_hooks:
+            try:
+                await hook(ref, run_id)
+            except Exception:
+                logger.exception("a run end hook failed for run %s", run_id)
 
     async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
         """Wait for the run slot: the active run and the runs queued before this one go first

@@ -51,6 +51,7 @@ ROLES = (
     "RunSignals",
     "RunSlots",
     "Snapshots",
+    "WebhookSupport",
 )
 
 

@@ -1,9 +1,11 @@
 """Completion webhooks against a loopback receiver: exact events, valid signatures, retries with
-backoff until acknowledged, failures in metrics, and a slow receiver never delays a run."""
+backoff until acknowledged, giving up after the bounded time (metric and log line), and a slow
+receiver never delays a run."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,7 +35,7 @@ from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
 from tests.loopback_asgi import serve_asgi
-from tests.support import eventually
+from tests.support import eventually, eventually_async
 
 SECRET = "whsec-loopback-test"
 
@@ -76,9 +78,12 @@ async def serve_receiver(receiver: Receiver) -> AsyncIterator[Receiver]:
 
 
 async def gateway_for(
-    start_gateway: StartGateway, receiver: Receiver, events: list[str] | None = None
+    start_gateway: StartGateway,
+    receiver: Receiver,
+    events: list[str] | None = None,
+    **more: Any,
 ) -> RunningGateway:
-    hooks: dict[str, Any] = {"url": receiver.url, "secret": SECRET}
+    hooks: dict[str, Any] = {"url": receiver.url, "secret": SECRET, **more}
     if events is not None:
         hooks["events"] = events
     gw = await start_gateway(make_settings(webhooks=hooks), providers={"demo": ScriptedProvider()})
@@ -90,7 +95,11 @@ async def settled(gw: RunningGateway) -> None:
     """Every run of ``gw`` ended and its webhook was handled (delivered, failed or skipped):
     whatever a test waits to *not* arrive would have arrived by now."""
     await eventually(lambda: gw.gateway.runs.active_count() == 0, what="every run ended")
-    await asyncio.wait_for(gw.gateway.webhooks._queue.join(), 10)
+
+    async def handled() -> bool:
+        return await gw.gateway.webhooks.pending() == 0
+
+    await eventually_async(handled, what="every webhook delivered or given up")
 
 
 def test_signature_round_trip_and_rejections() -> None:
@@ -178,19 +187,37 @@ async def test_receiver_failing_twice_still_gets_the_event_once_acknowledged(
         )
 
 
-async def test_bounded_attempts_then_counted_as_failed(start_gateway: StartGateway) -> None:
-    async with serve_receiver(Receiver(fail_first=100)) as receiver:
-        gw = await gateway_for(start_gateway, receiver)
-        gw.gateway.webhooks.max_attempts = 3
+async def test_retries_give_up_after_the_bounded_time_counted_and_logged(
+    start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="app.webhooks")
+    async with serve_receiver(Receiver(fail_first=10**6)) as receiver:
+        gw = await gateway_for(start_gateway, receiver, give_up_seconds=1.0)
         async with gw.client() as client:
-            await start_run(client, "c1", "text:1")
-            await settled(gw)  # the third attempt failed: no fourth one
+            began = time.monotonic()
+            run = await start_run(client, "c1", "text:1")
+            await settled(gw)  # given up: nothing is pending any more, so no attempt follows
+            given_up_after = time.monotonic() - began
             metrics = (await client.get("/metrics")).text
-        assert len(receiver.attempts) == 3 and not receiver.acknowledged
+        attempts = len(receiver.attempts)
+        assert attempts >= 3 and not receiver.acknowledged  # backed off 0.05, 0.05, 0.1 … s
+        assert 1.0 <= given_up_after < 8.0, given_up_after
+        assert {h[DELIVERY_HEADER.lower()] for h, _ in receiver.attempts} == {
+            receiver.attempts[0][0][DELIVERY_HEADER.lower()]
+        }
         assert (
             'agent_gateway_webhook_deliveries_total{event="run.completed",outcome="failed"} 1.0'
             in metrics
         )
+        assert (
+            f'agent_gateway_webhook_attempt_failures_total{{event="run.completed"}} {attempts}.0'
+            in metrics
+        )
+        lines = [
+            r for r in caplog.records if r.name == "app.webhooks" and "given up" in r.getMessage()
+        ]
+        assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+        assert run["runId"] in lines[0].getMessage() and SECRET not in lines[0].getMessage()
 
 
 @pytest.mark.parametrize("delay", [3.0])
@@ -254,8 +281,37 @@ async def test_run_read_is_retried_when_the_backend_is_down(start_gateway: Start
         assert receiver.acknowledged[0]["run"]["runId"] == run["runId"]
 
 
+async def test_enqueue_is_retried_in_the_background_when_the_outbox_is_down(
+    start_gateway: StartGateway,
+) -> None:
+    """The outbox refuses the first puts (Redis down at the run's end): the run still ends and
+    frees its conversation at once, and the webhook is queued and delivered afterwards."""
+    async with serve_receiver(Receiver()) as receiver:
+        gw = await gateway_for(start_gateway, receiver)
+        dispatcher = gw.gateway.webhooks
+        dispatcher.enqueue_wait_seconds = 0.05
+        put, failures = dispatcher.outbox.put, [2]
+
+        async def flaky_put(entry: Any) -> None:
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise ConnectionError("outbox down")
+            await put(entry)
+
+        dispatcher.outbox.put = flaky_put  # type: ignore[method-assign]
+        async with gw.client() as client:
+            run = await start_run(client, "c1", "text:1")
+            await wait_state(client, "c1", lambda s: not s["isRequesting"])
+            second = await start_run(client, "c1", "text:1")  # the slot was released
+            await receiver.wait_acknowledged(2)
+        assert failures == [0]
+        runs = {hook["run"]["runId"] for hook in receiver.acknowledged}
+        assert runs == {run["runId"], second["runId"]}
+
+
 async def test_two_instances_deliver_one_webhook_per_run() -> None:
-    """On Redis only the owner of a run delivers its end: one delivery per run, signed."""
+    """On Redis every instance delivers from the shared outbox: still one delivery per run,
+    signed."""
     async with serve_receiver(Receiver()) as receiver:
         prefix = unique_prefix()
         async with shared_redis(prefix):

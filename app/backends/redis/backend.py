@@ -17,6 +17,8 @@ module, all acting on one :class:`.instance.RedisInstance`.
   with ``run.failed`` ``gateway_instance_lost`` (:mod:`.reaper`, :mod:`.lost_run`).
 - Enqueued runs: a cluster-wide FIFO of tickets orders the claims of the run slot
   (:mod:`.queued_runs`, :mod:`.queue`).
+- Webhooks: a durable outbox, one Stream per prefix read by a consumer group
+  (:mod:`.webhook_outbox`); the reaper enqueues the webhook of the run it ends.
 - Outages: every Redis error becomes ``503 backend_unavailable`` (:mod:`.errors`); the client
   reconnects; readers resume from the last id they saw.
 """
@@ -45,6 +47,7 @@ from app.backends.redis.run_signals import RedisRunSignals
 from app.backends.redis.run_slots import RedisRunSlots
 from app.backends.redis.snapshots import RedisSnapshots
 from app.backends.redis.tasks import stop_task
+from app.backends.redis.webhook_outbox import RedisWebhookOutbox
 from app.backends.types import (
     ConversationMeta,
     ConversationRef,
@@ -55,6 +58,7 @@ from app.backends.types import (
     RunControl,
     Snapshot,
 )
+from app.backends.webhook_outbox import LostRunListener
 from core.runs import AbortReason
 from providers.contract import Command
 
@@ -103,6 +107,7 @@ class RedisBackend(Backend):
         self.queued = RedisQueuedRuns(i)
         self.idempotency = RedisIdempotency(i)
         self._sweeper: asyncio.Task[None] | None = None
+        self._outbox: RedisWebhookOutbox | None = None
 
     def keys(self, ref: ConversationRef) -> ConversationKeys:
         return self.instance.keys(ref)
@@ -249,3 +254,17 @@ class RedisBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self.idempotency.idempotency_refresh(scope, ttl)
+
+    # --- webhooks ------------------------------------------------------------------------
+    def webhook_outbox(self) -> RedisWebhookOutbox:
+        """The outbox of this prefix; an entry held by an instance silent for the lease TTL
+        (a dead one) is taken over, like its runs."""
+        if self._outbox is None:
+            i = self.instance
+            self._outbox = RedisWebhookOutbox(
+                i.redis, i.prefix, i.instance_id, claim_idle_seconds=i.lease_ttl_ms / 1000
+            )
+        return self._outbox
+
+    def watch_lost_runs(self, listener: LostRunListener) -> None:
+        self.instance.reaper.lost_listeners.append(listener)

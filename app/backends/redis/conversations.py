@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance, text
-from app.backends.redis.keys import principal_index_key
+from app.backends.redis.keys import principal_index_key, ref_value
 from app.backends.redis.limits import (
     RESERVE_CONVERSATION,
     RESERVED_PREFIX,
@@ -39,7 +39,8 @@ class RedisConversations(ConversationStore):
         keys = i.keys(ref)
         with unavailable():
             created = await self._create(
-                keys=[keys.meta], args=[new_token(6), orjson.dumps(meta.to_dict())]
+                keys=[keys.meta],
+                args=[new_token(6), orjson.dumps(meta.to_dict()), ref_value(ref)],
             )
             if created:
                 await i.redis.hset(principal_index_key(ref.principal, i.prefix), ref.key, 1)
@@ -56,7 +57,7 @@ class RedisConversations(ConversationStore):
         i = self._i
         keys = i.keys(ref)
         args: list[str | bytes] = [new_token(6), orjson.dumps(meta.to_dict())]
-        args += [orjson.dumps(state), orjson.dumps(extensions)]
+        args += [orjson.dumps(state), orjson.dumps(extensions), ref_value(ref)]
         with unavailable():
             restored = await self._restore(
                 keys=[keys.meta, keys.log, keys.snap, keys.run], args=args

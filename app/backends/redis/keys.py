@@ -8,7 +8,8 @@ cluster, and the cluster shards by conversation).
 
 Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
 
-    P:{T}:meta    hash     incarnation ("inc") + ConversationMeta JSON ("meta"): exists = created
+    P:{T}:meta    hash     incarnation ("inc") + ConversationMeta JSON ("meta"): exists = created;
+                           "ref": JSON [principal, key] (the reaper's webhook names them)
     P:{T}:log     stream   the event log: one entry per AgentEvent or extension value, fields
                            k (kind), d (JSON, serialized once), t (event type), r (run id)
     P:{T}:snap    hash     snapshot: reduced state, extensions, the stream id they reflect
@@ -26,13 +27,18 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
                            cancelled before it started (it logs its cancellation in its turn)
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
-whose hash is ``H``) and ``P:idem:{H}`` (idempotency records, by hash of their scope).
+whose hash is ``H``), ``P:idem:{H}`` (idempotency records, by hash of their scope) and
+``P:webhooks`` (the webhook outbox stream, ``webhook_outbox.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+
+import orjson
+
+from app.backends.types import ConversationRef
 
 DEFAULT_PREFIX = "agw"
 TAG_HEX_CHARS = 32
@@ -145,3 +151,21 @@ def principal_index_key(principal: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 def idempotency_key(scope: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}:idem:{{{hashlib.sha256(scope.encode('utf-8')).hexdigest()[:32]}}}"
+
+
+def ref_value(ref: ConversationRef) -> bytes:
+    """The meta hash's ``ref`` field: who the conversation is (the tag is a one-way hash)."""
+    return orjson.dumps([ref.principal, ref.key])
+
+
+def ref_of(value: bytes | str | None) -> ConversationRef | None:
+    """The conversation a ``ref`` field names (None: absent or not ours)."""
+    if not value:
+        return None
+    try:
+        principal, key = orjson.loads(value)
+    except (orjson.JSONDecodeError, ValueError, TypeError):
+        return None
+    if not isinstance(principal, str) or not isinstance(key, str):
+        return None
+    return ConversationRef(principal, key)

@@ -2,7 +2,11 @@
 
 Whoever notices first does it: a log reader's tick, any read/claim/abort of the conversation,
 or the periodic sweep of the ``P:runs`` index (which also finds runs nobody looks at). The
-takeover script lets exactly one instance win.
+takeover script lets exactly one instance win. Before the end is written (and the slot released)
+the ``lost_listeners`` are awaited with the ended run's record: its webhook is in the outbox
+even if this instance dies next. A run the dead owner had ended but not released is told too
+(its owner may have died before enqueueing; the webhook's id is the same, so at worst a
+receiver sees one delivery twice).
 """
 
 from __future__ import annotations
@@ -11,15 +15,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
 
 from app.backends.redis.claims import Ownership, Token
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, Pending
-from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.keys import ConversationKeys, ref_of
 from app.backends.redis.lost_run import lost_run_events
 from app.backends.redis.state import StateCache
+from app.backends.types import ConversationRef
+from app.backends.webhook_outbox import LostRunListener
+from core.kinds import TERMINAL_STATUSES
 
 __all__ = ["Reaper"]
 
@@ -40,6 +48,8 @@ class Reaper:
         self.cache = cache
         self.prefix = prefix
         self._owns = owns
+        #: Awaited with (conversation, run id, run record) before the end is written.
+        self.lost_listeners: list[LostRunListener] = []
 
     async def reap(self, keys: ConversationKeys, holder: Token) -> bool:
         """End ``holder``'s run if its lease expired; True when this instance did it."""
@@ -50,7 +60,7 @@ class Reaper:
             return False  # its owner is alive after all, or another instance got there first
         started = time.monotonic()
         async with self.cache.lock(keys.tag):
-            inc = await self.ownership.redis.hget(keys.meta, "inc")
+            inc, raw_ref = await self.ownership.redis.hmget(keys.meta, "inc", "ref")
             events = []
             snapshot = None
             state = None
@@ -63,6 +73,8 @@ class Reaper:
             items = [Pending(KIND_EVENT, orjson.dumps(e), e["type"], e["runId"]) for e in events]
             if state is not None:
                 snapshot = state.snapshot_write()
+                run = state.store.get_snapshot().get("runs", {}).get(holder.run_id)
+                await self._tell(ref_of(raw_ref), holder.run_id, run)
             try:
                 ids = await self.log.append(keys, token.raw, items, release=True, snapshot=snapshot)
             except Fenced:
@@ -81,6 +93,20 @@ class Reaper:
             (time.monotonic() - started) * 1000,
         )
         return True
+
+    async def _tell(
+        self, ref: ConversationRef | None, run_id: str, run: dict[str, Any] | None
+    ) -> None:
+        if run is None or run.get("status") not in TERMINAL_STATUSES or not self.lost_listeners:
+            return
+        if ref is None:  # created before conversations named themselves in their meta
+            log.warning("run %s ended without its webhook: its conversation is unnamed", run_id)
+            return
+        for listener in self.lost_listeners:
+            try:
+                await listener(ref, run_id, run)
+            except Exception:
+                log.exception("a lost-run listener failed for run %s", run_id)
 
     async def sweep(self) -> None:
         """Check every run whose recorded lease deadline passed."""

@@ -155,14 +155,16 @@ end
 return 1
 """
 
-#: KEYS: meta.  ARGV: incarnation, meta JSON.  Create the conversation unless it exists. -> 1 | 0
+#: KEYS: meta.  ARGV: incarnation, meta JSON, ref JSON [principal, key] (who the conversation
+#: is, for a run ended by another instance's reaper).  Create it unless it exists. -> 1 | 0
 CREATE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
+redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2], 'ref', ARGV[3])
 return 1
 """
 
-#: KEYS: meta, log, snap, run.  ARGV: incarnation, meta JSON, state JSON, extensions JSON.
+#: KEYS: meta, log, snap, run.  ARGV: incarnation, meta JSON, state JSON, extensions JSON, ref
+#: JSON.
 #: Create the conversation with its state and an empty log unless it exists (or a run of a
 #: forgotten incarnation still holds the slot); what an expired incarnation left is dropped.
 #: -> 1 | 0
@@ -170,7 +172,7 @@ RESTORE: Final = """
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[3], 'state', ARGV[3], 'ext', ARGV[4], 'cursor', '0-0')
-redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2])
+redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2], 'ref', ARGV[5])
 return 1
 """
 

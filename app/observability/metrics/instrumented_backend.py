@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics import Counter, Histogram
 
     from app.backends.limit_store import LimitStore
+    from app.backends.webhook_outbox import LostRunListener, WebhookOutbox
     from app.observability.metrics.registry import GatewayMetrics
 
 __all__ = ["InstrumentedBackend"]
@@ -195,3 +196,10 @@ class InstrumentedBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self._call("idempotency_refresh", self._inner.idempotency_refresh(scope, ttl))
+
+    # --- webhooks ------------------------------------------------------------------------
+    def webhook_outbox(self) -> WebhookOutbox | None:
+        return self._inner.webhook_outbox()
+
+    def watch_lost_runs(self, listener: LostRunListener) -> None:
+        self._inner.watch_lost_runs(listener)
