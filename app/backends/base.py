@@ -71,5 +71,5 @@ class Backend(
     IdempotencyStore,
     Protocol,
 ):
-    """Storage and control of conversations: every role. Coroutines except ``wake_readers``
-    and ``run_dropped``."""
+    """Storage and control of conversations: every role. Coroutines except ``wake_readers``,
+    ``run_dropped`` and ``on_adopted_runs``."""
