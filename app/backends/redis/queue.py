@@ -83,13 +83,20 @@ return 1
 )
 
 #: KEYS: (queue keys), run, lease, fence.  ARGV: instance, run_id, ttl_ms, ticketed.
-#: -> {"ok", token, reason} (reason "" unless it was cancelled while queued) |
+#: -> {"ok", token, reason} (reason "" unless it was cancelled while queued; also the token
+#:    already granted to this run here, when a retried claim's first answer was lost) |
 #:    {"busy"|"lost", holder} | {"queued", "", lapsed tickets} (not its turn) |
 #:    {"gone", ""} (its ticket was removed: deleted) | {"adopted", owner} (another instance
 #:    adopted it while this one could not renew it: that one starts it)
 CLAIM_ORDERED: Final = (
     _PRELUDE
     + """
+local mine = '|' .. ARGV[1] .. '|' .. ARGV[2]
+local held = redis.call('GET', KEYS[6])
+if held and string.sub(held, -#mine) == mine and redis.call('EXISTS', KEYS[7]) == 1 then
+  redis.call('SET', KEYS[7], held, 'PX', ARGV[3])  -- granted already: the answer was lost
+  return {'ok', held, ''}
+end
 if ARGV[4] == '1' then
   if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then return {'gone', ''} end
   local owner = redis.call('HGET', KEYS[5], ARGV[2])
