@@ -73,5 +73,5 @@ class Backend(
     WebhookSupport,
     Protocol,
 ):
-    """Storage and control of conversations: every role. Coroutines except ``wake_readers``
-    and ``run_dropped``."""
+    """Storage and control of conversations: every role. Coroutines except ``wake_readers``,
+    ``run_dropped`` and ``on_adopted_runs``."""

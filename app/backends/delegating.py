@@ -14,7 +14,9 @@ from app.backends.types import (
     IdempotencyRecord,
     LogEntry,
     LogItem,
+    QueuedRun,
     ReadResult,
+    RunAdopter,
     RunControl,
     Snapshot,
 )
@@ -126,9 +128,9 @@ class DelegatingBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        return await self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
+        return await self._inner.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self._inner.drop_run(ref, run_id)
@@ -141,6 +143,9 @@ class DelegatingBackend(Backend):
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         return await self._inner.is_queued(ref, run_id)
+
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        self._inner.on_adopted_runs(adopter)
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

@@ -22,7 +22,9 @@ from app.backends.types import (
     IdempotencyRecord,
     LogEntry,
     LogItem,
+    QueuedRun,
     ReadResult,
+    RunAdopter,
     RunControl,
     Snapshot,
 )
@@ -382,7 +384,7 @@ class MemoryBackend(Backend):
     # One instance: the RunManager's own per-conversation queue is the whole queue, so the
     # backend keeps none (every run may claim the slot; nothing is dropped elsewhere).
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
         return True
 
@@ -397,6 +399,9 @@ class MemoryBackend(Backend):
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         return False
+
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        return None  # no other instance whose runs could be adopted
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

@@ -17,7 +17,9 @@ from app.backends.types import (
     IdempotencyRecord,
     LogEntry,
     LogItem,
+    QueuedRun,
     ReadResult,
+    RunAdopter,
     RunControl,
     Snapshot,
 )
@@ -207,15 +209,16 @@ class QueuedRuns(Protocol):
     """The backend's queue of enqueued runs (multitask ``enqueue`` / ``interrupt``).
 
     One instance (memory): the RunManager's own per-conversation queue is the whole queue, and
-    these do nothing. Several instances (Redis): the queue is kept in the backend, so runs start
-    in arrival order cluster-wide and the bound counts every instance's runs.
+    these do nothing. Several instances (Redis): the queue is kept in the backend with each
+    run's request, so runs start in arrival order cluster-wide, the bound counts every
+    instance's runs, and the runs of an instance that died are adopted by a live one.
     """
 
     @abstractmethod
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        """Queue ``run_id`` last; False when ``limit`` runs wait. With ``interrupt`` every run
+        """Queue ``run`` last; False when ``limit`` runs wait. With ``interrupt`` every run
         already waiting is cancelled (it still takes the slot in its turn, already aborted).
 
         Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
@@ -228,7 +231,8 @@ class QueuedRuns(Protocol):
 
     @abstractmethod
     def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
-        """True when this instance's queued ``run_id`` was removed elsewhere (abort, delete)."""
+        """True when this instance's queued ``run_id`` was removed elsewhere (abort, delete)
+        or adopted by another instance: it is not this instance's to start any more."""
 
     @abstractmethod
     async def queued_runs(self, ref: ConversationRef) -> int:
@@ -237,6 +241,11 @@ class QueuedRuns(Protocol):
     @abstractmethod
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         """``run_id`` waits in the backend's queue or holds the slot and is starting."""
+
+    @abstractmethod
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        """Hand queued runs this instance adopts (their instance died) to ``adopter``, which
+        starts them in their turn. Never called on one instance (memory)."""
 
 
 class IdempotencyStore(Protocol):

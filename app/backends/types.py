@@ -6,6 +6,7 @@ Plain data, shared by every backend role (:mod:`app.backends.roles`) and their c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,7 +22,9 @@ __all__ = [
     "IdempotencyRecord",
     "LogEntry",
     "LogItem",
+    "QueuedRun",
     "ReadResult",
+    "RunAdopter",
     "RunControl",
     "Snapshot",
 ]
@@ -189,6 +192,24 @@ class IdempotencyRecord:
     fingerprint: str
     status: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRun:
+    """An accepted run waiting for its turn, as the backend keeps it: everything needed to start
+    it (on Redis, stored with its ticket so another instance can start it)."""
+
+    run_id: str
+    input: dict[str, Any]
+    provider: str
+    emit_user_message: bool = True
+    #: Cancelled before it started: it logs its cancellation in its turn.
+    cancelled: Literal["aborted", "interrupted"] | None = None
+
+
+#: Told of queued runs this instance adopted from a dead one, with the conversation's queue
+#: order (run ids, first to last); answers False to decline them (shutting down).
+RunAdopter = Callable[[ConversationRef, Sequence[QueuedRun], Sequence[str]], bool]
 
 
 class RunControl(Protocol):

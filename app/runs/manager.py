@@ -5,6 +5,11 @@ One worker task per busy conversation takes queued runs in acceptance order (FIF
 and commands posted anywhere reach it. An interrupt or an abort never reorders or removes an
 accepted run: it cancels it, and a run cancelled before it started still takes its turn, logging
 its start, its user message and ``run.cancelled`` without reaching the upstream.
+
+On Redis the queue is the backend's: a queued run is stored there with its request, and the
+runs of an instance that died are adopted by this one (``on_adopted_runs``) and join the
+conversation's queue at their place. A claim that fails because the backend is unreachable is
+retried until it is back: an accepted run is never dropped by an outage.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -22,6 +27,7 @@ from typing import Any, Literal
 from app.api.errors import ApiError
 from app.archive import Archive
 from app.backends import Backend, ConversationMeta, ConversationRef
+from app.backends.types import QueuedRun
 from app.config import Settings
 from app.ids import new_run_id, new_session_id
 from app.observability.metrics import GatewayMetrics
@@ -36,10 +42,16 @@ Multitask = Literal["reject", "interrupt", "enqueue"]
 #: How long a run waiting for its turn waits for a "slot freed" notification before it tries
 #: to claim again anyway.
 SLOT_WAIT_FALLBACK_SECONDS = 2.0
+#: A claim that failed because the backend is unreachable is retried after this, doubling up
+#: to ``CLAIM_RETRY_MAX_SECONDS``, until the backend is back.
+CLAIM_RETRY_FIRST_SECONDS = 0.1
+CLAIM_RETRY_MAX_SECONDS = 2.0
+Turn = Literal["claimed", "dropped", "later"]
 
 
 @dataclass(slots=True)
 class _Slot:
+    #: Accepted runs not started yet, in queue order; the first one is claiming its turn.
     queue: deque[RunRequest] = field(default_factory=deque)
     current: ActiveRun | None = None
     worker: asyncio.Task[None] | None = None
@@ -80,6 +92,7 @@ class RunManager:
         self.limits = GatewayLimits(settings.limits, backend.limit_store())
         #: [archive]: a conversation the live backend forgot is restored from it to continue.
         self.archive: Archive | None = None
+        backend.on_adopted_runs(self._adopt)
 
     # --- queries -------------------------------------------------------------------------
     def active(self, ref: ConversationRef) -> ActiveRun | None:
@@ -175,6 +188,7 @@ class RunManager:
             # A run whose terminal is logged is only finishing up: the next one starts after it.
             busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
             request = RunRequest(new_run_id(), input, name, emit_user_message)
+            queued = QueuedRun(request.run_id, input, name, emit_user_message)
             if not busy and slot.current is None:
                 # Take the backend's run slot now: the claim is atomic across instances, so
                 # two instances never both accept (the worker runs under this claim).
@@ -183,6 +197,8 @@ class RunManager:
                     slot.claimed = claimed
                 elif not await self._finishing_elsewhere(ref):
                     busy = True
+                else:  # it starts after the release elsewhere: queued like any run that waits
+                    await self.backend.enqueue_run(ref, queued, limit=None)
             status = "started"
             if not busy:
                 slot.queue.append(request)
@@ -191,7 +207,7 @@ class RunManager:
             elif policy == "enqueue":
                 limit = self.settings.gateway.enqueue_max  # here and, cluster-wide, in the backend
                 if len(slot.queue) >= limit or not await self.backend.enqueue_run(
-                    ref, request.run_id, limit=limit
+                    ref, queued, limit=limit
                 ):
                     raise ApiError(
                         429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
@@ -206,7 +222,7 @@ class RunManager:
                 current = slot.current  # maybe still waiting for the slot: abort it here
                 if current is not None and not current.ended:
                     current.abort("interrupted")
-                await self.backend.enqueue_run(ref, request.run_id, limit=None, interrupt=True)
+                await self.backend.enqueue_run(ref, queued, limit=None, interrupt=True)
                 slot.queue.append(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
@@ -237,19 +253,29 @@ class RunManager:
     async def _work(self, ref: ConversationRef, slot: _Slot) -> None:
         try:
             while slot.queue:
-                request = slot.queue.popleft()
+                request = slot.queue[0]  # it stays queued (abort, interrupt) until it claims
                 active, slot.claimed = slot.claimed, None
                 preclaimed = active is not None and active.run_id == request.run_id
                 if active is not None and not preclaimed:
-                    await self.backend.release_run(ref, active.run_id)
+                    with contextlib.suppress(ApiError):  # else its lease lapses
+                        await self.backend.release_run(ref, active.run_id)
                 if active is None or not preclaimed:
                     active = ActiveRun(request.run_id)
-                if request.cancelled is not None:  # it runs only to log its cancellation
-                    active.abort(request.cancelled)
-                slot.current = active
                 try:
-                    if not preclaimed and not await self._claim_in_turn(ref, active):
-                        continue  # dropped from the queue elsewhere (abort, delete)
+                    turn: Turn = "claimed"
+                    if not preclaimed:
+                        turn = await self._claim_in_turn(ref, slot, request, active)
+                    if turn == "later":
+                        continue  # a run queued before it was adopted: that one goes first
+                    if not _remove(slot.queue, request) and turn == "claimed":
+                        # Dropped here while it claimed (shutdown, DELETE): it holds the slot
+                        # and its ticket is spent, so it ends in its turn like a cancelled one.
+                        active.abort("shutdown" if self.shutting_down else "aborted")
+                    if turn == "dropped":
+                        continue  # dropped from the queue elsewhere (abort, delete, adopted)
+                    if request.cancelled is not None:  # it runs only to log its cancellation
+                        active.abort(request.cancelled)
+                    slot.current = active
                     try:
                         await execute_run(
                             self.backend,
@@ -266,11 +292,13 @@ class RunManager:
                         await self.backend.release_run(ref, request.run_id)
                 except Exception:
                     logger.exception("run %s could not be executed", request.run_id)
+                    _remove(slot.queue, request)
                     with contextlib.suppress(Exception):  # never block the runs queued after it
                         await self.backend.drop_run(ref, request.run_id)
                 finally:
-                    slot.current = None
-                    request.done.set()
+                    if not _queued(slot.queue, request):
+                        slot.current = None
+                        request.done.set()
         finally:
             if slot.claimed is not None:  # its request was dropped before it could start
                 claimed, slot.claimed = slot.claimed, None
@@ -294,16 +322,61 @@ class RunManager:
             except Exception:
                 logger.exception("a run end hook failed for run %s", run_id)
 
-    async def _claim_in_turn(self, ref: ConversationRef, active: ActiveRun) -> bool:
+    async def _claim_in_turn(
+        self, ref: ConversationRef, slot: _Slot, request: RunRequest, active: ActiveRun
+    ) -> Turn:
         """Wait for the run slot: the active run and the runs queued before this one go first
-        (cluster-wide on Redis). False when the run was dropped from the queue meanwhile.
+        (cluster-wide on Redis). ``dropped`` when the run was dropped from the queue meanwhile,
+        ``later`` when a run queued before it joined this queue (adopted from a dead instance).
 
         Between claims it waits for the backend to say the slot was freed; the timeout is
-        only a slow fallback (a lost notification, a dead instance's lapsed ticket)."""
-        while not await self.backend.claim_run(ref, active):
+        only a slow fallback (a lost notification, a dead instance's lapsed ticket). While the
+        backend is unreachable the claim is retried with a bounded backoff, never given up."""
+        backoff = CLAIM_RETRY_FIRST_SECONDS
+        while True:
+            if not slot.queue or slot.queue[0] is not request:
+                return "later" if _queued(slot.queue, request) else "dropped"
+            try:
+                claimed = await self.backend.claim_run(ref, active)
+            except ApiError as exc:
+                if exc.code != "backend_unavailable":
+                    raise
+                logger.warning(
+                    "run %s: the backend is unavailable; claiming again in %.1f s",
+                    request.run_id,
+                    backoff,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, CLAIM_RETRY_MAX_SECONDS)
+                continue
+            if claimed:
+                return "claimed"
             if self.backend.run_dropped(ref, active.run_id):
-                return False
-            await self.backend.wait_run_slot(ref, SLOT_WAIT_FALLBACK_SECONDS)
+                return "dropped"
+            if slot.queue and slot.queue[0] is request:
+                await self.backend.wait_run_slot(ref, SLOT_WAIT_FALLBACK_SECONDS)
+
+    def _adopt(self, ref: ConversationRef, runs: Sequence[QueuedRun], order: Sequence[str]) -> bool:
+        """Queued runs of a dead instance, adopted by this one: they join the conversation's
+        queue at their place (``order``: the backend's queue, first to last)."""
+        if self.shutting_down:
+            return False
+        slot = self._slots.setdefault(ref, _Slot())
+        known = {request.run_id for request in slot.queue}
+        if slot.current is not None:
+            known.add(slot.current.run_id)
+        for run in runs:
+            if run.run_id not in known:
+                request = RunRequest(run.run_id, run.input, run.provider, run.emit_user_message)
+                request.cancelled = run.cancelled
+                slot.queue.append(request)
+        # A run without a place (it holds the slot, or its ticket is gone) stays in front.
+        place = {run_id: index for index, run_id in enumerate(order)}
+        ordered = sorted(slot.queue, key=lambda request: place.get(request.run_id, -1))
+        slot.queue.clear()
+        slot.queue.extend(ordered)
+        if slot.worker is None:
+            slot.worker = asyncio.create_task(self._work(ref, slot))
         return True
 
     # --- abort ---------------------------------------------------------------------------
@@ -359,3 +432,16 @@ class RunManager:
             if slot.current is not None:
                 await self.backend.request_abort(ref, slot.current.run_id, "shutdown")
         await asyncio.wait(pending, timeout=max(5.0, grace))
+
+
+def _queued(queue: deque[RunRequest], request: RunRequest) -> bool:
+    return any(item is request for item in queue)
+
+
+def _remove(queue: deque[RunRequest], request: RunRequest) -> bool:
+    """Remove ``request`` (by identity); False when it was not queued any more."""
+    for index, item in enumerate(queue):
+        if item is request:
+            del queue[index]
+            return True
+    return False

@@ -15,11 +15,13 @@ import pytest
 
 from app.backends import ConversationRef
 from app.backends.redis import RedisBackend
+from app.backends.redis.adoption import encode_request
 from app.backends.redis.queue import RunQueue
+from app.backends.types import QueuedRun
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run
 from tests.app.scripted_provider import ScriptedProvider
-from tests.support import eventually, eventually_async
+from tests.support import eventually
 
 pytestmark = pytest.mark.only_backend(
     "redis", reason="runs queued on several instances: one cluster-wide queue exists only on Redis"
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.only_backend(
 KEY = "fifo"
 RUNS = f"/v1/conversations/{KEY}/runs"
 EVENTS = f"/v1/conversations/{KEY}/events"
+TERMINALS = ("run.completed", "run.failed", "run.cancelled")
 
 
 async def _pair(start_gateway: StartGateway, **gateway: Any) -> list[RunningGateway]:
@@ -97,26 +100,34 @@ async def test_a_queued_run_aborted_on_another_instance_is_cancelled_in_its_turn
     assert a.gateway.runs.active_count() == 0
 
 
-async def test_the_ticket_of_a_lost_instance_lapses(start_gateway: StartGateway) -> None:
+async def test_the_queued_runs_of_a_lost_instance_are_adopted_in_their_turn(
+    start_gateway: StartGateway,
+) -> None:
     (a, _) = await _pair(start_gateway)
     backend = _backend(a)
-    keys = backend.keys(ConversationRef("anonymous", KEY))
+    ref = ConversationRef("anonymous", KEY)
+    keys = backend.keys(ref)
     async with a.client() as ca:
         await start_run(ca, KEY, "text:1")  # the conversation exists and is idle again
         await _started_runs(ca, 1)
-        ghost = RunQueue(backend.redis, "ghost", ttl_ms=2000)  # an instance that never renews
-        assert await ghost.enqueue(keys, "run_ghost", None, interrupt=False)
+        ghost = RunQueue(backend.redis, "ghost", ttl_ms=2000, prefix=keys.prefix)  # never renews
+        lost = [f"run_ghost{i}" for i in (1, 2)]
+        for run_id in lost:
+            run = QueuedRun(run_id, {"prompt": f"text:1 say:{run_id}"}, "demo")
+            assert await ghost.enqueue(keys, run_id, encode_request(ref, run), None, False)
+        await ghost.mark(keys)
         waiting = await ca.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
-        assert waiting.status_code == 409  # the ghost's run is first in line
-        body = {"input": {"prompt": "text:1"}, "multitask": "reject"}
-        answers: list[httpx.Response] = []
-
-        async def accepted() -> bool:  # refused while the ticket lives, accepted once it lapsed
-            answers.append(await ca.post(RUNS, json=body))
-            return answers[-1].status_code != 409
-
-        await eventually_async(accepted, within=15, what="the ghost's ticket lapses")
-        assert answers[-1].status_code == 202 and answers[-1].json()["status"] == "started"
+        assert waiting.status_code == 409  # the ghost's runs are first in line
+        mine = await start_run(ca, KEY, "text:1", multitask="enqueue")  # queued behind them
+        # The ghost's tickets lapse (2 s) and A adopts them: they run first, in their order.
+        started = await _started_runs(ca, 4)
+        assert started[1:] == [*lost, mine["runId"]]
+        frames = await collect_sse(ca, EVENTS, params={"since": "0", "untilIdle": "true"})
+    events = [orjson.loads(f.data) for f in frames if f.event == "message"]
+    ends = [(e["runId"], e["type"]) for e in events if e["type"] in TERMINALS]
+    assert ends[1:] == [(run_id, "run.completed") for run_id in [*lost, mine["runId"]]]
+    inputs = {e["runId"]: e["payload"]["input"] for e in events if e["type"] == "run.started"}
+    assert inputs[lost[1]] == {"prompt": f"text:1 say:{lost[1]}"}  # its stored input
 
 
 async def test_until_idle_on_another_instance_waits_for_the_runs_queued_there(

@@ -15,8 +15,9 @@ module, all acting on one :class:`.instance.RedisInstance`.
   polls plus a pub/sub wake-up (:mod:`.run_signals`, :mod:`.control`).
 - Lost owner: a run record whose lease expired is taken over under a new fencing token and ended
   with ``run.failed`` ``gateway_instance_lost`` (:mod:`.reaper`, :mod:`.lost_run`).
-- Enqueued runs: a cluster-wide FIFO of tickets orders the claims of the run slot
-  (:mod:`.queued_runs`, :mod:`.queue`).
+- Enqueued runs: a cluster-wide FIFO of tickets, each stored with its run's request, orders
+  the claims of the run slot (:mod:`.queued_runs`, :mod:`.queue`, :mod:`.tickets`); the
+  tickets of a dead instance are adopted by a live one (:mod:`.adoption`).
 - Webhooks: a durable outbox, one Stream per prefix read by a consumer group
   (:mod:`.webhook_outbox`); the reaper enqueues the webhook of the run it ends.
 - Outages: every Redis error becomes ``503 backend_unavailable`` (:mod:`.errors`); the client
@@ -54,7 +55,9 @@ from app.backends.types import (
     IdempotencyRecord,
     LogEntry,
     LogItem,
+    QueuedRun,
     ReadResult,
+    RunAdopter,
     RunControl,
     Snapshot,
 )
@@ -108,6 +111,7 @@ class RedisBackend(Backend):
         self.idempotency = RedisIdempotency(i)
         self._sweeper: asyncio.Task[None] | None = None
         self._outbox: RedisWebhookOutbox | None = None
+        self._adopter: asyncio.Task[None] | None = None
 
     def keys(self, ref: ConversationRef) -> ConversationKeys:
         return self.instance.keys(ref)
@@ -122,15 +126,22 @@ class RedisBackend(Backend):
         self._sweeper = asyncio.create_task(
             i.reaper.sweep_forever(interval), name="redis-lost-owners"
         )
+        self._adopter = asyncio.create_task(
+            i.adoption.sweep_forever(interval), name="redis-queue-adoption"
+        )
 
     async def sweep(self) -> None:
-        """One pass of the lost-owner sweep (also run every lease_ttl/2 in the background)."""
+        """One pass of the lost-owner and adoption sweeps (also run every lease_ttl/2 in the
+        background)."""
         await self.instance.reaper.sweep()
+        await self.instance.adoption.sweep()
 
     async def close(self) -> None:
         i = self.instance
         await stop_task(self._sweeper)
-        self._sweeper = None
+        await stop_task(self._adopter)
+        self._sweeper = self._adopter = None
+        i.adoption.adopter = None
         for owned in list(i.owned.values()):
             await owned.stop()
         i.owned.clear()
@@ -229,9 +240,9 @@ class RedisBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        return await self.queued.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
+        return await self.queued.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self.queued.drop_run(ref, run_id)
@@ -244,6 +255,9 @@ class RedisBackend(Backend):
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         return await self.queued.is_queued(ref, run_id)
+
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        self.queued.on_adopted_runs(adopter)
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:

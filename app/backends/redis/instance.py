@@ -18,6 +18,7 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.backends.redis.adoption import Adoption
 from app.backends.redis.claims import Ownership, Token
 from app.backends.redis.control import Control, ControlBus
 from app.backends.redis.cursors import make_cursor
@@ -27,9 +28,10 @@ from app.backends.redis.fanout import ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
 from app.backends.redis.limits import RedisLimits
 from app.backends.redis.owned_run import OwnedRun
-from app.backends.redis.queue import RunQueue, TicketKeeper
+from app.backends.redis.queue import RunQueue
 from app.backends.redis.reaper import Reaper
 from app.backends.redis.state import StateCache
+from app.backends.redis.tickets import TicketKeeper
 from app.backends.types import ConversationRef, LogEntry
 from app.ids import new_token
 
@@ -69,9 +71,12 @@ class RedisInstance:
         self.log = EventLog(redis, event_log_max_len)
         self.ownership = Ownership(redis, self.instance_id, self.lease_ttl_ms)
         self.control = Control(redis)
-        self.queue = RunQueue(redis, self.instance_id, self.lease_ttl_ms)
+        self.queue = RunQueue(redis, self.instance_id, self.lease_ttl_ms, key_prefix)
         self.tickets = TicketKeeper(self.queue)
-        #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete).
+        #: Takes over the queued runs of dead instances (their tickets lapsed).
+        self.adoption = Adoption(self.queue, self.tickets, key_prefix, self.slot_freed)
+        #: (tag, run id) of our queued runs whose ticket was removed elsewhere (abort, delete)
+        #: or adopted by another instance (it could not be renewed for a while).
         self.dropped: set[tuple[str, str]] = set()
         #: Runs of this instance waiting for a conversation's slot, by tag (``wait_run_slot``).
         self.slot_waiters: dict[str, set[asyncio.Event]] = {}

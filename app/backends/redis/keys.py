@@ -25,9 +25,12 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:qlive   hash     run id -> liveness deadline (ms, Redis time) of each queued run
     P:{T}:qcancel hash     run id -> reason ("interrupted" | "aborted") of a queued run that was
                            cancelled before it started (it logs its cancellation in its turn)
+    P:{T}:qreq    hash     run id -> the queued run's request JSON (input, provider, ...)
+    P:{T}:qowner  hash     run id -> the instance that keeps the ticket alive (and will start it)
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
-whose hash is ``H``), ``P:idem:{H}`` (idempotency records, by hash of their scope) and
+whose hash is ``H``), ``P:idem:{H}`` (idempotency records, by hash of their scope), ``P:runs``
+and ``P:queues`` (conversation tags by lease / ticket deadline: the sweeps' indexes) and
 ``P:webhooks`` (the webhook outbox stream, ``webhook_outbox.py``).
 """
 
@@ -126,6 +129,19 @@ class ConversationKeys:
     def qcancel(self) -> str:
         return self._k("qcancel")
 
+    @property
+    def qreq(self) -> str:
+        return self._k("qreq")
+
+    @property
+    def qowner(self) -> str:
+        return self._k("qowner")
+
+    @property
+    def queue_keys(self) -> list[str]:
+        """The keys of the queue scripts (``queue.py``), in their KEYS order."""
+        return [self.queue, self.qlive, self.qcancel, self.qreq, self.qowner]
+
     def all_keys(self) -> tuple[str, ...]:
         """Every data key (not the channel): what a DELETE removes."""
         return (
@@ -141,6 +157,8 @@ class ConversationKeys:
             self.queue,
             self.qlive,
             self.qcancel,
+            self.qreq,
+            self.qowner,
         )
 
 

@@ -1,16 +1,23 @@
 """Enqueued runs on Redis: a cluster-wide FIFO of tickets that orders the run slot's claims.
 
-This instance renews the tickets of its queued runs (:class:`.queue.TicketKeeper`); a ticket
-removed elsewhere (an abort, a delete) is remembered so the run is known as dropped.
+Each ticket is stored with its run's request, so the run outlives the instance that accepted
+it (:mod:`.adoption`). This instance renews the tickets of its queued runs
+(:class:`.tickets.TicketKeeper`); a ticket removed elsewhere (an abort, a delete) or adopted by
+another instance is remembered so the run is known as not ours to start.
 """
 
 from __future__ import annotations
 
+import contextlib
+
+from redis.exceptions import RedisError
+
+from app.backends.redis.adoption import encode_request
 from app.backends.redis.claims import Token
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance
 from app.backends.roles import QueuedRuns
-from app.backends.types import ConversationRef
+from app.backends.types import ConversationRef, QueuedRun, RunAdopter
 
 __all__ = ["RedisQueuedRuns"]
 
@@ -20,13 +27,16 @@ class RedisQueuedRuns(QueuedRuns):
         self._i = instance
 
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
         keys = self._i.keys(ref)
+        request = encode_request(ref, run)
         with unavailable():
-            queued = await self._i.queue.enqueue(keys, run_id, limit, interrupt)
+            queued = await self._i.queue.enqueue(keys, run.run_id, request, limit, interrupt)
         if queued:
-            self._i.tickets.add(keys, run_id)
+            self._i.tickets.add(keys, run.run_id)
+            with contextlib.suppress(RedisError, OSError):  # else the next renewal marks it
+                await self._i.queue.mark(keys)
         return queued
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
@@ -49,9 +59,12 @@ class RedisQueuedRuns(QueuedRuns):
         with unavailable():
             return await self._i.queue.count(self._i.keys(ref))
 
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        self._i.adoption.adopter = adopter
+
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
-        """Waiting with a live ticket, or holding the slot under a live lease before it logged
-        its start: a run whose instance died (ticket or lease lapsed) can no longer start."""
+        """Waiting with its ticket (live, or lapsed with its request: it will be adopted), or
+        holding the slot under a live lease before it logged its start."""
         with unavailable():
             ticket, holder, leased = await self._i.queue.queued(self._i.keys(ref), run_id)
         return ticket or (leased and bool(holder) and Token(holder).run_id == run_id)

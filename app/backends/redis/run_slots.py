@@ -12,6 +12,7 @@ import time
 from typing import cast
 
 import orjson
+from redis.exceptions import RedisError
 
 from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
@@ -28,6 +29,9 @@ from core.runs import AbortReason
 from providers.contract import Command
 
 __all__ = ["RedisRunSlots"]
+
+#: How soon a release step that failed because Redis is unreachable is tried again.
+RELEASE_RETRY_SECONDS = 0.1
 
 
 class RedisRunSlots(RunSlots):
@@ -48,9 +52,11 @@ class RedisRunSlots(RunSlots):
                 await i.reaper.reap(keys, Token(claim.holder))
                 claimed_at = time.monotonic()
                 claim = await i.queue.claim(keys, run_id, ticketed)
-            if claim.status == "gone":
+            if claim.status in ("gone", "adopted"):  # not ours to start any more
                 i.tickets.discard(keys, run_id)
                 i.dropped.add((keys.tag, run_id))
+            elif claim.status == "queued" and claim.lapsed:
+                await i.adoption.adopt(keys)  # a dead instance's run is in the way: ours now
             if claim.status != "ok":
                 return False
             i.tickets.discard(keys, run_id)
@@ -141,20 +147,35 @@ class RedisRunSlots(RunSlots):
             if owned.fenced:
                 return
             with unavailable():
-                await i.live_owned(keys)  # rebuilt if an append failed
+                await self._rebuilt(keys, owned)
                 try:
                     snapshot = owned.state.snapshot_write()
                     await owned.writer.append([], release=True, snapshot=snapshot)
                 except Fenced:
                     return
+            # Released: the rest is tidying (the sweep unmarks a slot without a holder).
+            with contextlib.suppress(RedisError, OSError):
                 await i.ownership.unmark(keys)
-                await i.touch(keys)
+            await i.touch_quietly(keys)
             i.states.remember(keys.tag, owned.state)
         finally:
             i.owned.pop(keys.tag, None)
             reader = i.hub.readers.get(keys.tag)
             if reader is not None:
                 reader.kick()  # others may write from now on: back to XREAD
+
+    async def _rebuilt(self, keys: ConversationKeys, owned: OwnedRun) -> None:
+        """The state rebuilt if an append failed; while Redis is unreachable, retried until
+        the lease's deadline (like the release write itself), so a blip does not leave the
+        slot held until the lease lapses."""
+        while True:
+            try:
+                await self._i.live_owned(keys)
+                return
+            except (RedisError, OSError):
+                if time.monotonic() >= owned.keeper.deadline():
+                    raise
+                await asyncio.sleep(RELEASE_RETRY_SECONDS)
 
     async def active_run(self, ref: ConversationRef) -> str | None:
         with unavailable():

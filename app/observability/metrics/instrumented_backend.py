@@ -12,7 +12,9 @@ from app.backends.types import (
     IdempotencyRecord,
     LogEntry,
     LogItem,
+    QueuedRun,
     ReadResult,
+    RunAdopter,
     RunControl,
     Snapshot,
 )
@@ -35,7 +37,7 @@ class InstrumentedBackend(Backend):
     """Wraps a backend: every coroutine operation is timed and its errors are counted.
 
     ``read`` is a long poll (it waits for new entries), so only its errors are counted. The
-    synchronous ``wake_readers`` and ``run_dropped`` are passed through as they are.
+    synchronous ``wake_readers``, ``run_dropped`` and ``on_adopted_runs`` are passed through.
     """
 
     def __init__(self, inner: Backend, metrics: GatewayMetrics, backend: str | None = None) -> None:
@@ -170,9 +172,9 @@ class InstrumentedBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run_id: str, *, limit: int | None, interrupt: bool = False
+        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
     ) -> bool:
-        call = self._inner.enqueue_run(ref, run_id, limit=limit, interrupt=interrupt)
+        call = self._inner.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
         return await self._call("enqueue_run", call)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
@@ -186,6 +188,9 @@ class InstrumentedBackend(Backend):
 
     async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
         return await self._call("is_queued", self._inner.is_queued(ref, run_id))
+
+    def on_adopted_runs(self, adopter: RunAdopter) -> None:
+        self._inner.on_adopted_runs(adopter)
 
     # --- idempotency ---------------------------------------------------------------------
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
