@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from app.archive.backend import ArchivingBackend
 from app.archive.engine import create_engine
+from app.archive.keys import ArchivedKeys
 from app.archive.migrate import migrate
 from app.archive.reader import ArchiveReader
 from app.archive.records import ArchivedSummary
@@ -38,6 +39,7 @@ class Archive:
         self._registry = registry
         self._writer: ArchiveWriter | None = None
         self._reader: ArchiveReader | None = None
+        self._keys: ArchivedKeys | None = None
         self.retention = RetentionTask(
             self.store, section.retention_days, section.retention_interval_seconds
         )
@@ -56,13 +58,18 @@ class Archive:
 
     def wrap(self, live: Backend) -> Backend:
         """The live backend with the archive's hooks (what the gateway uses)."""
+        # A live backend of this instance's own (memory) makes it the archive's one writer of
+        # its conversations: the keys it archived are known without asking (see keys.py).
+        if live.limit_store() is None:
+            self._keys = ArchivedKeys(self.store.keys)
         self._writer = ArchiveWriter(
             self.store,
             live,
             retry_max_seconds=self.section.retry_max_seconds,
             registry=self._registry,
+            on_written=self._keys.written if self._keys is not None else None,
         )
-        self._reader = ArchiveReader(self.store, self._writer)
+        self._reader = ArchiveReader(self.store, self._writer, self._keys)
         return ArchivingBackend(live, self._writer)
 
     async def start(self) -> None:
@@ -74,6 +81,8 @@ class Archive:
     async def close(self, grace: float) -> None:
         await self.retention.close()
         await self.writer.close(grace)
+        if self._keys is not None:
+            await self._keys.close()
         await self.engine.dispose()
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:

@@ -171,6 +171,12 @@ class ArchiveStore:
             cursor=row.cursor,
         )
 
+    async def keys(self, principal: str, limit: int) -> list[str]:
+        """Up to ``limit`` of the principal's archived keys (an index-only read)."""
+        query = sa.select(_c.conversation_key).where(_c.principal == principal).limit(limit)
+        async with self.engine.connect() as connection:
+            return list((await connection.execute(query)).scalars())
+
     async def list_page(
         self, principal: str, after: tuple[float, str] | None, limit: int
     ) -> list[ArchivedSummary]:
