@@ -7,7 +7,7 @@ import logging
 from prometheus_client import CollectorRegistry
 
 from app.archive.backend import ArchivingBackend
-from app.archive.engine import create_engine
+from app.archive.engine import create_engine, create_sync_engine
 from app.archive.keys import ArchivedKeys
 from app.archive.migrate import migrate
 from app.archive.reader import ArchiveReader
@@ -35,7 +35,8 @@ class Archive:
         self.url = url
         self.section = section
         self.engine = create_engine(url)
-        self.store = ArchiveStore(self.engine)
+        self._sync_engine = create_sync_engine(url)
+        self.store = ArchiveStore(self.engine, self._sync_engine)
         self._registry = registry
         self._writer: ArchiveWriter | None = None
         self._reader: ArchiveReader | None = None
@@ -84,6 +85,8 @@ class Archive:
         if self._keys is not None:
             await self._keys.close()
         await self.engine.dispose()
+        if self._sync_engine is not None:
+            self._sync_engine.dispose()
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.reader.snapshot(ref)
