@@ -4,6 +4,7 @@
 - :mod:`.schema`, :mod:`.migrate` (+ ``migrations/``): tables and Alembic migrations.
 - :mod:`.writer`, :mod:`.backend`: writes off the stream's path, hooked on the live backend.
 - :mod:`.store`: the SQL; :mod:`.reader`: read-through and restore; :mod:`.retention`.
+- :mod:`.keys`: the archived keys in memory (memory backend): new conversations read nothing.
 - :mod:`.service`: :class:`Archive`, what the gateway holds.
 """
 

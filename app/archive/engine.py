@@ -1,16 +1,18 @@
-"""The archive's async engine: aiosqlite (WAL, a busy timeout) or asyncpg (bounded waits)."""
+"""The archive's async engine: aiosqlite (WAL, a busy timeout) or asyncpg (bounded waits); and
+for SQLite a synchronous one (pysqlite, the same settings) the writer runs in a thread."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.archive.url import is_sqlite
 
-__all__ = ["STATEMENT_TIMEOUT_SECONDS", "create_engine"]
+__all__ = ["STATEMENT_TIMEOUT_SECONDS", "create_engine", "create_sync_engine"]
 
 #: The longest one statement may wait (a lock, a slow server) before it fails and is retried.
 STATEMENT_TIMEOUT_SECONDS = 10.0
@@ -40,3 +42,13 @@ def create_engine(url: URL) -> AsyncEngine:
             "command_timeout": STATEMENT_TIMEOUT_SECONDS,
         },
     )
+
+
+def create_sync_engine(url: URL) -> Engine | None:
+    """SQLite: the synchronous engine of the same file (None for PostgreSQL: asyncpg has no
+    thread hand-offs to save)."""
+    if not is_sqlite(url):
+        return None
+    engine = sa.create_engine(url.set(drivername="sqlite+pysqlite"))
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine

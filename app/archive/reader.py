@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from app.archive.keys import ArchivedKeys
 from app.archive.records import ArchivedConversation, ArchivedSummary
 from app.archive.store import ArchiveStore
 from app.archive.writer import ArchiveWriter, describe_error
@@ -54,9 +55,12 @@ def close_lost_runs(state: dict[str, Any], now_ms: float) -> dict[str, Any]:
 
 
 class ArchiveReader:
-    def __init__(self, store: ArchiveStore, writer: ArchiveWriter) -> None:
+    def __init__(
+        self, store: ArchiveStore, writer: ArchiveWriter, keys: ArchivedKeys | None = None
+    ) -> None:
         self._store = store
         self._writer = writer
+        self._keys = keys  # None: every read asks the database
         self._skip_until = 0.0
 
     def _available(self) -> bool:
@@ -79,6 +83,8 @@ class ArchiveReader:
     async def _load(self, ref: ConversationRef) -> ArchivedConversation | None:
         if self._writer.is_deleting(ref) or not self._available():
             return None
+        if self._keys is not None and not self._keys.may_hold(ref):
+            return None  # a brand-new conversation: no database read
         return await self._read(ref.key, self._store.load(ref))
 
     async def list_page(

@@ -7,7 +7,8 @@ import logging
 from prometheus_client import CollectorRegistry
 
 from app.archive.backend import ArchivingBackend
-from app.archive.engine import create_engine
+from app.archive.engine import create_engine, create_sync_engine
+from app.archive.keys import ArchivedKeys
 from app.archive.migrate import migrate
 from app.archive.reader import ArchiveReader
 from app.archive.records import ArchivedSummary
@@ -34,10 +35,12 @@ class Archive:
         self.url = url
         self.section = section
         self.engine = create_engine(url)
-        self.store = ArchiveStore(self.engine)
+        self._sync_engine = create_sync_engine(url)
+        self.store = ArchiveStore(self.engine, self._sync_engine)
         self._registry = registry
         self._writer: ArchiveWriter | None = None
         self._reader: ArchiveReader | None = None
+        self._keys: ArchivedKeys | None = None
         self.retention = RetentionTask(
             self.store, section.retention_days, section.retention_interval_seconds
         )
@@ -56,13 +59,18 @@ class Archive:
 
     def wrap(self, live: Backend) -> Backend:
         """The live backend with the archive's hooks (what the gateway uses)."""
+        # A live backend of this instance's own (memory) makes it the archive's one writer of
+        # its conversations: the keys it archived are known without asking (see keys.py).
+        if live.limit_store() is None:
+            self._keys = ArchivedKeys(self.store.keys)
         self._writer = ArchiveWriter(
             self.store,
             live,
             retry_max_seconds=self.section.retry_max_seconds,
             registry=self._registry,
+            on_written=self._keys.written if self._keys is not None else None,
         )
-        self._reader = ArchiveReader(self.store, self._writer)
+        self._reader = ArchiveReader(self.store, self._writer, self._keys)
         return ArchivingBackend(live, self._writer)
 
     async def start(self) -> None:
@@ -74,7 +82,11 @@ class Archive:
     async def close(self, grace: float) -> None:
         await self.retention.close()
         await self.writer.close(grace)
+        if self._keys is not None:
+            await self._keys.close()
         await self.engine.dispose()
+        if self._sync_engine is not None:
+            self._sync_engine.dispose()
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.reader.snapshot(ref)

@@ -10,13 +10,15 @@ created earlier. A write of an incarnation with a tombstone (``DELETE``) is refu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.archive.records import (
     ArchivedConversation,
@@ -79,79 +81,93 @@ def _upsert(dialect: Any) -> Any:
     return insert.on_conflict_do_update(index_elements=_KEY, set_=updated, where=guard)
 
 
+def _apply(
+    connection: Connection, upsert: Any, operations: Sequence[Operation], now: float
+) -> None:
+    """The writes and deletes, in order, on a synchronous connection (consecutive writes in
+    one statement)."""
+    writes: list[ConversationWrite] = []
+    for operation in operations:
+        if isinstance(operation, ConversationWrite):
+            writes.append(operation)
+            continue
+        _write(connection, upsert, writes, now)
+        writes = []
+        _delete(connection, operation)
+    _write(connection, upsert, writes, now)
+
+
+def _tombstoned(connection: Connection, ref: ConversationRef, sid: str) -> bool:
+    found = connection.scalar(
+        sa.select(sa.literal(1)).where(
+            _t.principal == ref.principal,
+            _t.conversation_key == ref.key,
+            _t.session_id == sid,
+        )
+    )
+    return found is not None
+
+
+def _write(
+    connection: Connection, upsert: Any, writes: list[ConversationWrite], now: float
+) -> None:
+    if not writes:
+        return
+    triples = {(w.ref.principal, w.ref.key, w.session_id) for w in writes}
+    rows = connection.execute(
+        sa.select(_t.principal, _t.conversation_key, _t.session_id).where(
+            sa.tuple_(_t.principal, _t.conversation_key, _t.session_id).in_(list(triples))
+        )
+    )
+    deleted = {tuple(row) for row in rows}
+    params = [
+        _values(w, now) for w in writes if (w.ref.principal, w.ref.key, w.session_id) not in deleted
+    ]
+    if params:
+        connection.execute(upsert, params)
+
+
+def _delete(connection: Connection, delete: ConversationDelete) -> None:
+    ref = delete.ref
+    sids = {delete.session_id} if delete.session_id else set()
+    row = connection.execute(
+        sa.select(_c.session_id, _c.created_at).where(_conv_where(ref))
+    ).first()
+    if row is not None and (row.session_id in sids or row.created_at <= delete.deleted_at):
+        sids.add(row.session_id)
+        connection.execute(sa.delete(conversations).where(_conv_where(ref)))
+    for sid in sids:
+        if not _tombstoned(connection, ref, sid):
+            connection.execute(
+                sa.insert(tombstones).values(
+                    principal=ref.principal,
+                    conversation_key=ref.key,
+                    session_id=sid,
+                    deleted_at=delete.deleted_at,
+                )
+            )
+
+
 class ArchiveStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, sync_engine: Engine | None = None) -> None:
+        """``sync_engine`` (SQLite): the writes run on it in a thread, each transaction one
+        hand-off to that thread instead of one per statement, cursor and commit (aiosqlite)."""
         self.engine = engine
+        self._sync_engine = sync_engine
         self._upsert = _upsert(postgresql if engine.dialect.name == "postgresql" else sqlite)
 
     # --- writes --------------------------------------------------------------------------
     async def apply(self, operations: Sequence[Operation], now: float) -> None:
-        """Apply ``operations`` in order, in one transaction (consecutive writes in one
-        statement)."""
-        async with self.engine.begin() as connection:
-            writes: list[ConversationWrite] = []
-            for operation in operations:
-                if isinstance(operation, ConversationWrite):
-                    writes.append(operation)
-                    continue
-                await self._write(connection, writes, now)
-                writes = []
-                await self._delete(connection, operation)
-            await self._write(connection, writes, now)
-
-    async def _tombstoned(
-        self, connection: AsyncConnection, ref: ConversationRef, sid: str
-    ) -> bool:
-        found = await connection.scalar(
-            sa.select(sa.literal(1)).where(
-                _t.principal == ref.principal,
-                _t.conversation_key == ref.key,
-                _t.session_id == sid,
-            )
-        )
-        return found is not None
-
-    async def _write(
-        self, connection: AsyncConnection, writes: list[ConversationWrite], now: float
-    ) -> None:
-        if not writes:
+        """Apply ``operations`` in order, in one transaction."""
+        if self._sync_engine is not None:
+            await asyncio.to_thread(self._apply_in_thread, self._sync_engine, operations, now)
             return
-        triples = {(w.ref.principal, w.ref.key, w.session_id) for w in writes}
-        rows = await connection.execute(
-            sa.select(_t.principal, _t.conversation_key, _t.session_id).where(
-                sa.tuple_(_t.principal, _t.conversation_key, _t.session_id).in_(list(triples))
-            )
-        )
-        deleted = {tuple(row) for row in rows}
-        params = [
-            _values(w, now)
-            for w in writes
-            if (w.ref.principal, w.ref.key, w.session_id) not in deleted
-        ]
-        if params:
-            await connection.execute(self._upsert, params)
+        async with self.engine.begin() as connection:
+            await connection.run_sync(_apply, self._upsert, operations, now)
 
-    async def _delete(self, connection: AsyncConnection, delete: ConversationDelete) -> None:
-        ref = delete.ref
-        sids = {delete.session_id} if delete.session_id else set()
-        row = (
-            await connection.execute(
-                sa.select(_c.session_id, _c.created_at).where(_conv_where(ref))
-            )
-        ).first()
-        if row is not None and (row.session_id in sids or row.created_at <= delete.deleted_at):
-            sids.add(row.session_id)
-            await connection.execute(sa.delete(conversations).where(_conv_where(ref)))
-        for sid in sids:
-            if not await self._tombstoned(connection, ref, sid):
-                await connection.execute(
-                    sa.insert(tombstones).values(
-                        principal=ref.principal,
-                        conversation_key=ref.key,
-                        session_id=sid,
-                        deleted_at=delete.deleted_at,
-                    )
-                )
+    def _apply_in_thread(self, engine: Engine, operations: Sequence[Operation], now: float) -> None:
+        with engine.begin() as connection:
+            _apply(connection, self._upsert, operations, now)
 
     # --- reads ---------------------------------------------------------------------------
     async def load(self, ref: ConversationRef) -> ArchivedConversation | None:
@@ -170,6 +186,12 @@ class ArchiveStore:
             extensions=orjson.loads(row.extensions),
             cursor=row.cursor,
         )
+
+    async def keys(self, principal: str, limit: int) -> list[str]:
+        """Up to ``limit`` of the principal's archived keys (an index-only read)."""
+        query = sa.select(_c.conversation_key).where(_c.principal == principal).limit(limit)
+        async with self.engine.connect() as connection:
+            return list((await connection.execute(query)).scalars())
 
     async def list_page(
         self, principal: str, after: tuple[float, str] | None, limit: int

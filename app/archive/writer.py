@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -70,11 +71,13 @@ class ArchiveWriter:
         *,
         retry_max_seconds: float,
         registry: CollectorRegistry | None = None,
+        on_written: Callable[[ConversationRef], None] | None = None,
     ) -> None:
         self._store = store
         self._live = live  # the live backend itself: reading it archives nothing
         self._retry_max = retry_max_seconds
         self._metrics = _Metrics(registry)
+        self._on_written = on_written  # told each conversation written, once committed
         self._queue: deque[ConversationRef | ConversationDelete] = deque()
         self._queued: set[ConversationRef] = set()
         self._deleting: dict[ConversationRef, int] = {}
@@ -213,4 +216,8 @@ class ArchiveWriter:
                 continue
             self.failing = False
             self._metrics.ok.inc()
+            if self._on_written is not None:
+                for operation in batch:
+                    if isinstance(operation, ConversationWrite):
+                        self._on_written(operation.ref)
             return
