@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import random
+import re
 import shutil
 import signal
 import sys
@@ -51,7 +52,7 @@ from httpx_sse import aconnect_sse
 
 from bench.harness.cluster import Instance, RestartableRedis, Window, Windows
 from bench.harness.mock_upstream import prompt
-from bench.harness.procs import gateway_config, start_server
+from bench.harness.procs import ROOT, gateway_config, start_server
 from bench.harness.soak_checks import (
     Accepted,
     Conversation,
@@ -113,6 +114,20 @@ class Result:
     findings: list[Finding]
     summary: str
     report: str
+
+
+def _said(answer: httpx.Response) -> str:
+    """ "202 run_x started" / "503 backend_unavailable": a request's answer, short."""
+    try:
+        data = answer.json()
+    except ValueError:
+        return str(answer.status_code)
+    if not isinstance(data, dict):
+        return str(answer.status_code)
+    if "error" in data:
+        return f"{answer.status_code} {data['error'].get('code')}"
+    detail = data.get("status", data.get("aborted", ""))
+    return f"{answer.status_code} {data.get('runId', '')} {detail}".strip()
 
 
 class Soak:
@@ -212,6 +227,7 @@ class Soak:
         body: dict[str, Any],
         first: Instance,
         headers: dict[str, str] | None = None,
+        conv: Conversation | None = None,
     ) -> tuple[httpx.Response, Instance, int] | None:
         """POST until a non-5xx answer (another instance after a failure); None if none came."""
         give_up = time.monotonic() + POST_RETRY_SECONDS
@@ -219,11 +235,16 @@ class Soak:
         while time.monotonic() < give_up:
             attempts += 1
             self.tally.posts += 1
+            route = path.rsplit("/", 1)[1]
             try:
                 answer = await client.post(inst.url + path, json=body, headers=headers)
             except httpx.TransportError as exc:
                 self.incident(self.tally.transport, inst, f"POST {path}", type(exc).__name__)
+                if conv is not None:
+                    conv.requests.append((time.monotonic(), f"{route}→{inst.name} {exc!r}"))
             else:
+                if conv is not None:
+                    conv.requests.append((time.monotonic(), f"{route}→{inst.name} {_said(answer)}"))
                 if answer.status_code < 500:
                     return answer, inst, attempts
                 what = f"{answer.status_code} {answer.text[:160]}"
@@ -249,7 +270,7 @@ class Soak:
         body = {"input": {"prompt": prompt(n, delay)}, "multitask": multitask}
         headers = {"Idempotency-Key": uuid.uuid4().hex}
         path = f"/v1/conversations/{conv.key}/runs"
-        answered = await self.post(client, rng, path, body, self.pick(rng), headers)
+        answered = await self.post(client, rng, path, body, self.pick(rng), headers, conv)
         if answered is None:
             return None
         answer, inst, attempts = answered
@@ -275,7 +296,7 @@ class Soak:
     ) -> None:
         other = self.pick(rng, other_than=run.instance)
         path = f"/v1/conversations/{conv.key}/abort"
-        answered = await self.post(client, rng, path, {"runId": run.run_id}, other)
+        answered = await self.post(client, rng, path, {"runId": run.run_id}, other, None, conv)
         if answered is None:
             self.tally.aborts["unanswered"] += 1
             return
@@ -444,7 +465,11 @@ class Soak:
     # --- the report ---------------------------------------------------------------------
 
     def findings(self) -> list[Finding]:
-        found = [f for conv in self.conversations for f in check(conv, self.t0)]
+        found = [f for conv in self.conversations for f in check(conv, self.t0, self.killed)]
+        errors = self.log_errors()
+        for finding in found:
+            for line in errors.get(finding.run_id, [])[:2]:
+                finding.evidence += f"; gateway log: {line}"
         for incident in self.tally.errors_5xx:
             if incident.window is None:
                 found.append(
@@ -480,6 +505,36 @@ class Soak:
             ["conversation", "run", "kind", "202 from", "at s", "after"],
             [row for _, row in sorted(rows, key=lambda item: item[0])],
         )
+
+    def killed(self, instance: str, since: float) -> bool:
+        label = f"kill -9 {instance}"
+        return any(w.label == label and w.start >= since - 0.5 for w in self.windows.items)
+
+    def log_errors(self) -> dict[str, list[str]]:
+        """run id -> its error lines in the gateway logs (message and where it was raised)."""
+        found: dict[str, list[str]] = defaultdict(list)
+        for inst in self.instances:
+            if not inst.log.exists():
+                continue
+            for line in inst.log.read_text(errors="replace").splitlines():
+                try:
+                    entry = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(entry, dict) or entry.get("level") != "error":
+                    continue
+                exc = str(entry.get("exc", ""))
+                section = exc.rsplit("exception:", 1)[-1]  # the last of a chained traceback
+                frames = re.findall(
+                    r'File "' + re.escape(str(ROOT)) + r'/(app/[^"]+)", line (\d+)', section
+                )
+                where = " -> ".join(f"{path}:{line}" for path, line in frames[:3])
+                last = (exc.strip().splitlines() or [""])[-1][:80]
+                stamp = str(entry.get("ts", ""))[11:23]
+                found[str(entry.get("run_id", ""))].append(
+                    f"{inst.name} {stamp} {entry.get('msg')} [{last}] at {where}"
+                )
+        return found
 
     def instance_log_errors(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,8 @@ class Conversation:
         #: The SSE id of the last frame received: where a reconnect resumes.
         self.last_id: str | None = None
         self.subscribed = asyncio.Event()
+        #: (monotonic time, "POST runs → A 503 backend_unavailable"): every POST and its answer.
+        self.requests: list[tuple[float, str]] = []
         self._ended: dict[str, asyncio.Event] = {}
 
     def ended(self, run_id: str) -> asyncio.Event:
@@ -114,8 +117,16 @@ def _short(values: list[int]) -> str:
     return str(values) if len(values) <= 8 else f"{values[:8]}… ({len(values)})"
 
 
-def check(conv: Conversation, rel: float) -> list[Finding]:
-    """Every finding for ``conv``; ``rel`` turns a monotonic time into seconds since the start."""
+def requests_near(conv: Conversation, at: float, rel: float, span: float = 5.0) -> str:
+    near = [f"t={t - rel:.1f}s {text}" for t, text in conv.requests if abs(t - at) <= span]
+    return "; ".join(near) or "no request near"
+
+
+def check(
+    conv: Conversation, rel: float, killed: Callable[[str, float], bool] | None = None
+) -> list[Finding]:
+    """Every finding for ``conv``; ``rel`` turns a monotonic time into seconds since the start;
+    ``killed(instance, since)`` tells whether that instance was killed after ``since``."""
     found: list[Finding] = []
 
     def add(category: str, run_id: str, evidence: str) -> None:
@@ -123,7 +134,8 @@ def check(conv: Conversation, rel: float) -> list[Finding]:
 
     runs_in_state: dict[str, Any] = {}
     if conv.state is None:
-        add("state unreadable", "-", conv.state_error)
+        if conv.accepted:
+            add("state unreadable", "-", conv.state_error)
     else:
         runs_in_state = conv.state.get("agentState", {}).get("runs", {})
     for run_id, accepted in conv.accepted.items():
@@ -136,7 +148,11 @@ def check(conv: Conversation, rel: float) -> list[Finding]:
         in_state = runs_in_state.get(run_id)
         status = None if in_state is None else in_state.get("status")
         if not terminals:
-            category = "queued run never ended" if accepted.status == "queued" else "no terminal"
+            category = "accepted run never ended"
+            if accepted.status == "queued":
+                category = "queued run never ended"
+                if killed is not None and killed(accepted.instance, accepted.at):
+                    category += " (its instance was killed: not adopted yet)"
             events = 0 if seen is None else len(seen.sequences)
             add(
                 category,
@@ -171,7 +187,7 @@ def check(conv: Conversation, rel: float) -> list[Finding]:
                 "run without a 202",
                 run_id,
                 f"{len(seen.sequences)} events from t={seen.first_at - rel:.1f}s, "
-                f"terminals {kinds}",
+                f"terminals {kinds}; requests: {requests_near(conv, seen.first_at, rel)}",
             )
     for evidence in conv.resume_snapshots:
         add("resume answered with a snapshot", "-", evidence)
