@@ -531,7 +531,10 @@ class Soak:
                 where = " -> ".join(f"{path}:{line}" for path, line in frames[:3])
                 last = (exc.strip().splitlines() or [""])[-1][:80]
                 stamp = str(entry.get("ts", ""))[11:23]
-                found[str(entry.get("run_id", ""))].append(
+                run_id = entry.get("run_id") or next(
+                    iter(re.findall(r"run_[A-Za-z0-9]+", str(entry.get("msg")))), ""
+                )
+                found[str(run_id)].append(
                     f"{inst.name} {stamp} {entry.get('msg')} [{last}] at {where}"
                 )
         return found
