@@ -157,7 +157,8 @@ def check(
             add(
                 category,
                 run_id,
-                f"{where}; {events} events received, none terminal; state status {status!r}",
+                f"{where}; {events} events received, none terminal; state status {status!r}; "
+                f"requests: {requests_near(conv, accepted.at, rel)}",
             )
         elif len(terminals) > 1:
             add("several terminals", run_id, f"{where}; terminals {terminals}")
