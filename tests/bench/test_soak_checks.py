@@ -1,0 +1,93 @@
+"""The soak's end-of-run checks find each kind of broken promise in what a client recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.harness.soak_checks import Accepted, Conversation, check
+
+
+def _event(run_id: str, sequence: int, kind: str, **payload: Any) -> dict[str, Any]:
+    return {"runId": run_id, "sequence": sequence, "type": kind, "payload": payload}
+
+
+def _accept(conv: Conversation, run_id: str, *, status: str = "started", n: int = 2) -> None:
+    conv.accepted[run_id] = Accepted(run_id, status, "A", 1.0, n, "reject", 1)
+
+
+def _full_run(conv: Conversation, run_id: str, deltas: int = 2) -> None:
+    kinds = ["run.started", *["message.delta"] * deltas, "run.completed"]
+    for sequence, kind in enumerate(kinds):
+        conv.record(_event(run_id, sequence, kind), 2.0)
+
+
+def _state(conv: Conversation, **runs: str) -> None:
+    conv.state = {
+        "activeRunId": None,
+        "agentState": {"runs": {run_id: {"status": s} for run_id, s in runs.items()}},
+    }
+
+
+def _categories(conv: Conversation) -> list[str]:
+    return sorted(finding.category for finding in check(conv, 0.0))
+
+
+def test_a_clean_conversation_passes() -> None:
+    conv = Conversation("c")
+    _accept(conv, "r1")
+    _full_run(conv, "r1")
+    _state(conv, r1="completed")
+    assert check(conv, 0.0) == []
+    assert conv.ended("r1").is_set()
+
+
+def test_lost_repeated_and_extra_terminals_are_found() -> None:
+    conv = Conversation("c")
+    _accept(conv, "gap")
+    for sequence, kind in [(0, "run.started"), (2, "message.delta"), (3, "run.failed")]:
+        conv.record(_event("gap", sequence, kind, error={"code": "gateway_instance_lost"}), 2.0)
+    _accept(conv, "twice")
+    _full_run(conv, "twice")
+    conv.record(_event("twice", 3, "run.completed"), 3.0)
+    _state(conv, gap="failed", twice="completed")
+    assert _categories(conv) == ["sequence gap", "sequence repeated", "several terminals"]
+
+
+def test_unended_runs_are_told_apart() -> None:
+    conv = Conversation("c")
+    _accept(conv, "started")
+    conv.record(_event("started", 0, "run.started"), 2.0)
+    _accept(conv, "queued", status="queued")
+    _state(conv, started="running")
+    conv.state = {**(conv.state or {}), "activeRunId": "started"}
+    assert _categories(conv) == [
+        "accepted run never ended",
+        "queued run never ended",
+        "still active at the end",
+    ]
+    killed = check(conv, 0.0, killed=lambda instance, since: instance == "A")
+    assert "queued run never ended (its instance was killed: not adopted yet)" in {
+        finding.category for finding in killed
+    }
+
+
+def test_a_run_nobody_accepted_a_short_completion_and_a_resume_snapshot_are_found() -> None:
+    conv = Conversation("c")
+    _accept(conv, "short", n=5)
+    _full_run(conv, "short", deltas=3)
+    _full_run(conv, "orphan")
+    conv.resume_snapshots.append("GET events with Last-Event-ID x answered with a snapshot")
+    _state(conv, short="completed", orphan="completed")
+    assert _categories(conv) == [
+        "completed run short",
+        "resume answered with a snapshot",
+        "run without a 202",
+    ]
+
+
+def test_a_terminal_run_the_state_does_not_know_is_found() -> None:
+    conv = Conversation("c")
+    _accept(conv, "r1")
+    _full_run(conv, "r1")
+    _state(conv)
+    assert _categories(conv) == ["state not terminal"]
