@@ -136,6 +136,27 @@ async def test_lost_owner_is_fenced_and_its_run_failed_by_another_instance(
     await b.release_run(ref, "r2")
 
 
+async def test_a_lost_run_that_logged_nothing_is_started_and_failed(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    # The owner claimed the slot (the client has its 202) and died before its first append.
+    a, b = pair
+    ref = ConversationRef("alice", "silent")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    head = await b.head_cursor(ref)
+    await a._owned[a.keys(ref).tag].stop()
+    got = await b.read(ref, head, limit=100, wait=3)
+    assert [e.event_type for e in got.entries] == ["run.started", "run.failed"]
+    started, failed = (e.decoded() for e in got.entries)
+    assert started["sessionId"] == failed["sessionId"] == "ses_test"
+    assert [started["sequence"], failed["sequence"]] == [0, 1]
+    assert failed["payload"]["error"]["code"] == "gateway_instance_lost"
+    snap = await b.snapshot(ref)
+    assert snap is not None and snap.state["issues"] == []
+    assert snap.state["runs"]["r1"]["status"] == "failed"
+
+
 async def test_every_instance_notices_a_lost_owner_when_it_touches_the_conversation(
     pair: tuple[RedisBackend, RedisBackend],
 ) -> None:

@@ -3,6 +3,9 @@
 Every entity of the run still open is closed by the "error" column of the closure table
 (protocol.md §6), in reverse order of opening, then ``run.failed`` with the error
 ``gateway_instance_lost`` (``retryable: true``). Sequences continue the run's own numbering.
+A run that held the slot but logged nothing yet (its owner died, or was fenced, before its first
+append) was accepted all the same: it gets ``run.started`` first, so its 202 still ends in
+exactly one terminal event.
 """
 
 from __future__ import annotations
@@ -28,13 +31,17 @@ def _close(kind: str, entity_id: str) -> tuple[str, dict[str, Any]]:
 
 
 def lost_run_events(
-    state: dict[str, Any], run_id: str, now_ms: float | None = None
+    state: dict[str, Any], run_id: str, now_ms: float | None = None, session_id: str | None = None
 ) -> list[dict[str, Any]]:
-    """Closure + ``run.failed`` for ``run_id`` if it is still running in ``state``; else []."""
+    """Closure + ``run.failed`` for ``run_id`` if it is still running in ``state``; else [].
+    A run absent from ``state`` is started first when ``session_id`` (the conversation's) is
+    given."""
     run = state.get("runs", {}).get(run_id)
-    if run is None or run.get("status") != "running":
+    if run is None and session_id is None:
         return []
-    session_id = run["sessionId"]
+    if run is not None and run.get("status") != "running":
+        return []
+    session_id = run["sessionId"] if run is not None else session_id
     sequence = int(state.get("lastSequenceByRun", {}).get(run_id, -1))
     timestamp = time.time() * 1000 if now_ms is None else now_ms
     events: list[dict[str, Any]] = []
@@ -55,6 +62,8 @@ def lost_run_events(
             }
         )
 
+    if run is None:
+        emit("run.started", {})
     for item in reversed(state.get("order", [])):
         if item.get("runId") != run_id or item.get("kind") not in ENTITY_MAPS:
             continue

@@ -60,14 +60,19 @@ class Reaper:
             return False  # its owner is alive after all, or another instance got there first
         started = time.monotonic()
         async with self.cache.lock(keys.tag):
-            inc, raw_ref = await self.ownership.redis.hmget(keys.meta, "inc", "ref")
+            inc, raw_ref, raw_meta = await self.ownership.redis.hmget(
+                keys.meta, "inc", "ref", "meta"
+            )
             events = []
             snapshot = None
             state = None
             if inc is not None:
                 text = inc.decode() if isinstance(inc, bytes) else str(inc)
                 state = await self.cache.load_private(keys, text)
-                events = lost_run_events(state.store.get_snapshot(), holder.run_id)
+                session_id = None if raw_meta is None else orjson.loads(raw_meta).get("sessionId")
+                events = lost_run_events(
+                    state.store.get_snapshot(), holder.run_id, session_id=session_id
+                )
                 for event in events:
                     state.store.dispatch(event)
             items = [Pending(KIND_EVENT, orjson.dumps(e), e["type"], e["runId"]) for e in events]
