@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,6 +41,11 @@ __all__ = ["CLAIM_TTL_SECONDS", "idempotent"]
 CLAIM_TTL_SECONDS = 5.0
 CLAIM_REFRESH_SECONDS = 1.0
 _POLL_SECONDS = 0.02
+#: Storing the answer of a request whose work is done: retried this long (a Redis blip), then
+#: the answer goes out unstored — a 5xx for a run that was accepted would be worse than a retry
+#: the record cannot recognise.
+STORE_RETRY_SECONDS = 5.0
+logger = logging.getLogger(__name__)
 _locks: dict[str, asyncio.Lock] = {}
 
 
@@ -112,8 +118,9 @@ async def _once(
             keepalive = asyncio.create_task(_keep_claim(backend, claim_scope))
             try:
                 result = await produce()
-                record = IdempotencyRecord(fingerprint, 202, result)
-                await backend.idempotency_put(scope, record, ttl)
+                await _store_answer(
+                    backend, scope, IdempotencyRecord(fingerprint, 202, result), ttl
+                )
                 return result
             finally:  # answered (or refused): the claim no longer holds the key
                 keepalive.cancel()
@@ -129,6 +136,24 @@ async def _once(
             generation += 1  # refused, or answered and its answer expired: look again
             continue
         await asyncio.sleep(_POLL_SECONDS)  # in progress elsewhere: wait for its answer
+
+
+async def _store_answer(
+    backend: Backend, scope: str, record: IdempotencyRecord, ttl: float
+) -> None:
+    """Store the answer of work already done; never turn that work into an error."""
+    delay = 0.05
+    deadline = asyncio.get_running_loop().time() + STORE_RETRY_SECONDS
+    while True:
+        try:
+            await backend.idempotency_put(scope, record, ttl)
+            return
+        except Exception as exc:
+            if asyncio.get_running_loop().time() + delay > deadline:
+                logger.warning("idempotency answer not stored (%s): answered unstored", exc)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 async def _keep_claim(backend: Backend, claim_scope: str) -> None:

@@ -13,6 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.api import idempotency
+from app.api.errors import ApiError
+from app.backends import IdempotencyRecord
+from app.backends.memory import MemoryBackend
 from app.cli.gateway import openapi_document
 from tests.app.cluster_support import cluster
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
@@ -257,3 +261,36 @@ def test_idempotency_key_is_in_the_openapi_document() -> None:
         names = {p["name"] for p in paths[path]["post"]["parameters"]}
         assert {"Idempotency-Key", "X-Act-As"} <= names, path
         assert "409" in paths[path]["post"]["responses"], path
+
+
+class _AnswerStoreDown(MemoryBackend):
+    """Claims work; storing an answer fails ``failures`` times (a Redis blip), then works."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
+        if ":claim:" not in scope and ":released:" not in scope and self.failures:
+            self.failures -= 1
+            raise ApiError(503, "backend_unavailable", "down")
+        return await super().idempotency_put(scope, record, ttl)
+
+
+@pytest.mark.parametrize("failures", [2, 1000])
+async def test_work_done_is_answered_even_when_its_answer_cannot_be_stored(
+    failures: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(idempotency, "STORE_RETRY_SECONDS", 0.5)
+    backend = _AnswerStoreDown(failures)
+    produced: list[int] = []
+
+    async def produce() -> dict[str, Any]:
+        produced.append(1)
+        return {"runId": "run_1"}
+
+    answer = await idempotency._once(backend, "key:p:k", "fp", 60, produce)
+    assert answer == {"runId": "run_1"} and produced == [1]
+    stored = await backend.idempotency_get("key:p:k")
+    # A blip: the answer is stored after the retries; a long outage: answered unstored.
+    assert (stored is not None) == (failures == 2)
