@@ -5,8 +5,9 @@ The figures: time to first event, duration, outcome, upstream error code, abort 
 
 from __future__ import annotations
 
+import collections
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.runs import RUN_TERMINAL_TYPES
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 __all__ = ["RunTracker"]
 
 _run_log = logging.getLogger("agent_gateway.runs")
+
+
+def _type_of(event: Mapping[str, Any]) -> object:
+    return event.get("type")
 
 
 class RunTracker:
@@ -57,11 +62,30 @@ class RunTracker:
     def ended(self) -> bool:
         return self._ended
 
-    def on_event(self, event: Mapping[str, Any]) -> None:
-        event_type = event.get("type")
-        self._m.observe_event(event_type)
+    def on_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """``on_event`` for each of ``events`` (in order), the event counters moved once per
+        type instead of once per event."""
+        m = self._m
+        counts = collections.Counter(map(_type_of, events))
+        for event_type, count in counts.items():
+            m.observe_event(event_type, count)
         if self._ended:
             return
+        if self._first_seen and counts.keys().isdisjoint(RUN_TERMINAL_TYPES):
+            return  # nothing this run's figures follow: the common case, a read of deltas
+        for event in events:
+            self._follow(event)
+            if self._ended:
+                return
+
+    def on_event(self, event: Mapping[str, Any]) -> None:
+        self._m.observe_event(event.get("type"))
+        if not self._ended:
+            self._follow(event)
+
+    def _follow(self, event: Mapping[str, Any]) -> None:
+        """The first event after the framing (time to first event) and the terminal."""
+        event_type = event.get("type")
         if not self._first_seen and not self._is_framing(event):
             self._first_seen = True
             self._m.time_to_first_event.labels(self._provider).observe(
@@ -106,26 +130,23 @@ class RunTracker:
     async def finish(
         self,
         run_id: str,
-        snapshot: Callable[[], Awaitable[Any]],
+        issues: Callable[[], Awaitable[Iterable[Mapping[str, Any]]]],
         *,
         cancelled: bool = False,
     ) -> None:
         """After the run: close it if needed and count the reducer issues its events raised.
 
-        ``snapshot`` returns the conversation's snapshot (an object with ``.state``) or None.
+        ``issues`` returns the run's protocol issues (``Backend.run_issues``); an error
+        reading them never breaks the run's end.
         """
         self.close("cancelled" if cancelled else "failed")
         try:
-            snap = await snapshot()
+            found = await issues()
         except Exception:
             return
-        state = getattr(snap, "state", None)
-        if isinstance(state, Mapping):
-            self._m.protocol_issues_from(
-                issue
-                for issue in state.get("issues", ())
-                if isinstance(issue, Mapping) and issue.get("runId") == run_id
-            )
+        self._m.protocol_issues_from(
+            issue for issue in found if isinstance(issue, Mapping) and issue.get("runId") == run_id
+        )
 
     def _end(self, outcome: str) -> None:
         self._ended = True
