@@ -253,9 +253,10 @@ class MemoryBackend(Backend):
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         conv = self._require(ref)
         session_id = conv.meta.session_id
-        if any(i.event is not None and i.event.get("sessionId") != session_id for i in items):
-            # A run of a deleted incarnation: all or nothing, like append_event.
-            raise KeyError(f"conversation {ref.key!r} was deleted and created again")
+        for item in items:  # a loop, not any(<genexpr>): this runs once per upstream read
+            if item.event is not None and item.event.get("sessionId") != session_id:
+                # A run of a deleted incarnation: all or nothing, like append_event.
+                raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         out: list[LogEntry] = []
         dispatch = conv.store.dispatch
         for item in items:

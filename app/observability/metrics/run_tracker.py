@@ -5,7 +5,6 @@ The figures: time to first event, duration, outcome, upstream error code, abort 
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,10 +17,6 @@ if TYPE_CHECKING:
 __all__ = ["RunTracker"]
 
 _run_log = logging.getLogger("agent_gateway.runs")
-
-
-def _type_of(event: Mapping[str, Any]) -> object:
-    return event.get("type")
 
 
 class RunTracker:
@@ -65,10 +60,15 @@ class RunTracker:
     def on_events(self, events: Sequence[Mapping[str, Any]]) -> None:
         """``on_event`` for each of ``events`` (in order), the event counters moved once per
         type instead of once per event."""
-        m = self._m
-        counts = collections.Counter(map(_type_of, events))
+        # A plain dict: ``collections.Counter`` costs ~2 µs per call, as much as a whole
+        # one-event read (one upstream event per read is common).
+        counts: dict[object, int] = {}
+        for event in events:
+            event_type = event.get("type")
+            counts[event_type] = counts.get(event_type, 0) + 1
+        observe = self._m.observe_event
         for event_type, count in counts.items():
-            m.observe_event(event_type, count)
+            observe(event_type, count)
         if self._ended:
             return
         if self._first_seen and counts.keys().isdisjoint(RUN_TERMINAL_TYPES):
