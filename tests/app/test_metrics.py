@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.backends import Backend, ConversationMeta, ConversationRef, MemoryBackend, ReadResult
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
+from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
 from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_metric, wait_state
 
@@ -152,6 +153,26 @@ def test_on_events_in_batches_gives_the_figures_of_one_event_at_a_time() -> None
         assert t_batched.ended
         assert _figures(batched) == _figures(one), size
         assert sample(batched, "agent_gateway_events_total", type="message.delta") == 41
+
+
+def test_batched_event_counts_lag_at_most_a_bound_and_are_complete_at_the_end() -> None:
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock)
+    tracker = m.run_tracker("demo")
+    tracker.on_events([ev("run.started"), ev("message.started", {"messageId": "m"})])
+    delta = ev("message.delta", {"messageId": "m", "delta": "x"})
+    for _ in range(COUNT_EVERY_EVENTS - 3):
+        tracker.on_events([delta])
+    assert (sample(m, "agent_gateway_events_total", type="message.delta") or 0) == 0
+    tracker.on_events([delta])  # the COUNT_EVERY_EVENTS-th event: all counted
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS - 2
+    tracker.on_events([delta])
+    clock.now += COUNT_EVERY_SECONDS
+    tracker.on_events([delta])  # a slow stream: counted once a second
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS
+    tracker.on_events([delta, ev("run.completed")])  # the end counts what is left
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS + 1
+    assert sample(m, "agent_gateway_events_total", type="run.completed") == 1
 
 
 def test_failed_run_counts_upstream_error_code() -> None:
