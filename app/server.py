@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.gateway import Gateway
+from app.gc_policy import tune_for_serving
 from app.observability.logs import setup_logging
 from app.runs.limits import ws_max_size
 
@@ -22,9 +23,19 @@ __all__ = ["GatewayServer", "serve"]
 
 
 class GatewayServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, *, install_signal_handlers: bool = True) -> None:
+    """``tune_gc`` (default: ``install_signal_handlers``, i.e. the server owns its process)
+    applies :func:`app.gc_policy.tune_for_serving` once the app has started."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        install_signal_handlers: bool = True,
+        tune_gc: bool | None = None,
+    ) -> None:
         super().__init__(config)
         self._install_signal_handlers = install_signal_handlers
+        self._tune_gc = install_signal_handlers if tune_gc is None else tune_gc
         gateway = getattr(getattr(config.app, "state", None), "gateway", None)
         if isinstance(gateway, Gateway):  # never buffer a WebSocket message beyond this
             config.ws_max_size = ws_max_size(gateway.settings.limits.max_ws_frame_bytes)
@@ -43,6 +54,11 @@ class GatewayServer(uvicorn.Server):
             return
         with super().capture_signals():
             yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._tune_gc and not self.should_exit:
+            tune_for_serving()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.gateway.drain()

@@ -6,7 +6,7 @@ SSE subscribers at ``--delay`` ms), then prints the functions with the most samp
 time (leaf frames) and inclusive. The raw collapsed stacks are kept at ``--out``.
 
 Usage: ``.venv/bin/python bench/profile_gateway.py [--chunks 20000] [--runs 3]
-[--subscribers 0] [--out /tmp/gateway.folded]``
+[--subscribers 0] [--burst 16] [--out /tmp/gateway.folded]``
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ from bench.harness.client import read_stream
 from bench.harness.flows import gateway_run, gateway_run_body, new_key
 
 
-async def workload(port: int, chunks: int, runs: int, subscribers: int, delay: float) -> None:
+async def workload(
+    port: int, chunks: int, runs: int, subscribers: int, delay: float, burst: int | None
+) -> None:
     for _ in range(runs):
         if subscribers <= 0:
-            await gateway_run(port, chunks)
+            await gateway_run(port, chunks, burst=burst)
             continue
         key = new_key("prof")
         connected = [asyncio.Event() for _ in range(subscribers)]
@@ -86,6 +88,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--subscribers", type=int, default=0)
     parser.add_argument("--delay", type=float, default=1.0)
+    parser.add_argument(
+        "--burst", type=int, default=None, help="upstream events per write (mock default: 64)"
+    )
     parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/gateway.folded")
@@ -119,7 +124,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
         time.sleep(1.0)
-        uvloop.run(workload(gateway.port, args.chunks, args.runs, args.subscribers, args.delay))
+        uvloop.run(
+            workload(gateway.port, args.chunks, args.runs, args.subscribers, args.delay, args.burst)
+        )
         recorder.send_signal(2)
         recorder.wait(30)
     summarize(out, args.top)

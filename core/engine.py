@@ -62,10 +62,13 @@ _RUN_TERMINAL_FIELD: Final[dict[str, str]] = {
 class Text:
     """Streamed text as a list of chunks; ``value()`` joins them."""
 
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "loose")
 
     def __init__(self, first: str) -> None:
         self.chunks: list[str] = [first]
+        #: Chunks appended (outside a journal) since the last merge: the newest ``loose``
+        #: chunks are all small, so merging them never copies the text merged before.
+        self.loose = 0
 
     def value(self) -> str:
         chunks = self.chunks
@@ -80,6 +83,7 @@ class Text:
             return chunks[0]
         joined = "".join(chunks)
         chunks[:] = [joined]
+        self.loose = 0
         return joined
 
 
@@ -462,10 +466,13 @@ class Engine:
             chunks.append(delta)
             return
         chunks.append(delta)
-        if len(chunks) % _MERGE_EVERY == 0:
+        text.loose += 1
+        if text.loose == _MERGE_EVERY:
             # Bound the per-chunk overhead: fold the last small chunks into one string
-            # (O(_MERGE_EVERY) every _MERGE_EVERY appends, so still O(1) per delta).
+            # (O(_MERGE_EVERY) every _MERGE_EVERY appends, so still O(1) per delta; the
+            # text merged before stays its own chunk, never copied again).
             chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
+            text.loose = 0
 
     def _on_text_delta(
         self, event: Mapping[str, Any], etype: str, prefix: str, ekey: Token, run: Any
@@ -481,8 +488,10 @@ class Engine:
                 if type(text) is Text:
                     chunks = text.chunks
                     chunks.append(event["payload"]["delta"])
-                    if len(chunks) % _MERGE_EVERY == 0:
+                    text.loose += 1
+                    if text.loose == _MERGE_EVERY:
                         chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
+                        text.loose = 0
                     record["updatedAt"] = event["timestamp"]
                     self._dirty[map_name][key] = None
                     self.processed.add(ekey)

@@ -4,8 +4,9 @@ Behaves like ``createAgentStore`` of the reference, on the indexed engine (``cor
 O(size of the event) per dispatch, snapshots built lazily and cached until the next change.
 Differences, all additive: events are validated first (an invalid event changes nothing; record
 mode reports it through ``last_outcome``/``last_error``, strict mode raises
-``EventValidationError``), ``dispatch``/``batch`` return outcomes instead of the state, and
-read helpers answer without building a snapshot.
+``EventValidationError``) unless the caller has just validated them itself
+(``dispatch(event, validated=True)``), ``dispatch``/``batch`` return outcomes instead of the
+state, and read helpers answer without building a snapshot.
 """
 
 from __future__ import annotations
@@ -76,10 +77,15 @@ class AgentStore:
         """The state as plain JSON data (the same object until the next change; read-only)."""
         return self._engine.snapshot()
 
-    def dispatch(self, event: Mapping[str, Any]) -> DispatchOutcome:
-        """Apply one event; notify subscribers when the state changed."""
+    def dispatch(self, event: Mapping[str, Any], *, validated: bool = False) -> DispatchOutcome:
+        """Apply one event; notify subscribers when the state changed.
+
+        ``validated``: the caller has just checked this very event with ``validate_event``
+        (the runner's check, protocol.md §6), so it is not validated a second time; the
+        reducer's rules (§4) apply as always. Never pass it for an event checked by nobody.
+        """
         self._ensure_active()
-        outcome = self._apply(event)
+        outcome = self._apply_checked(event) if validated else self._apply(event)
         if self._listeners and (
             outcome is DispatchOutcome.ACCEPTED or outcome is DispatchOutcome.REJECTED
         ):
@@ -184,18 +190,23 @@ class AgentStore:
             raise RuntimeError(_DESTROYED)
 
     def _apply(self, event: Mapping[str, Any]) -> DispatchOutcome:
-        self.last_issue = None
-        self.last_error = None
         try:
             error = _validate(event)
         except Exception:  # odd mappings: let validate_event describe it
             error = validate_event(event)
         if error is not None:
+            self.last_issue = None
             self.last_outcome = DispatchOutcome.INVALID
             self.last_error = error
             if self.mode == "strict":
                 raise error
             return DispatchOutcome.INVALID
+        return self._apply_checked(event)
+
+    def _apply_checked(self, event: Mapping[str, Any]) -> DispatchOutcome:
+        """Reduce a valid event (the reducer's rules, no envelope or payload validation)."""
+        self.last_issue = None
+        self.last_error = None
         try:
             code = self._engine.apply(event)
         except AgentProtocolError as exc:

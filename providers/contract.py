@@ -22,6 +22,8 @@ AGENT_EVENT_PROTOCOL: Mapping[str, str] = {"name": "agent-event", "version": "0.
 AgentEvent = dict[str, Any]
 #: The consumer of a run's events. Exceptions it raises propagate unchanged out of the runner.
 OnEvent = Callable[[AgentEvent], Awaitable[None]]
+#: The same consumer taking the checked events of one upstream read at once (never empty).
+OnEvents = Callable[[list[AgentEvent]], Awaitable[None]]
 #: Sink for namespaced extension values (``"agui.state"`` ...): not AgentEvents, never reduced.
 OnExtension = Callable[[str, Any], Awaitable[None]]
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from core.events import RUN_TERMINAL_TYPES, validate_event
-from providers.contract import AgentEvent, AgentProvider, Command, OnEvent, RunOptions
+from providers.contract import AgentEvent, AgentProvider, Command, OnEvent, OnEvents, RunOptions
 from providers.errors import AbortError, ProviderError, WaitTimeout
 
 __all__ = ["AgentProviderProtocolError", "run_agent_provider"]
@@ -54,8 +54,20 @@ async def run_agent_provider(
     provider: AgentProvider,
     input: Mapping[str, Any],
     options: RunOptions,
-    on_event: OnEvent,
+    on_event: OnEvent | None,
+    *,
+    on_events: OnEvents | None = None,
 ) -> None:
+    """Run ``provider`` to its end, handing every checked event to the consumer.
+
+    The consumer is ``on_event`` (one call per event) or ``on_events``: one call per upstream
+    read (per chunk for a transport without ``open_batches``; per provider call otherwise)
+    with the checked events in order, never an empty list. Every event is checked before
+    either sees it; the events checked before a failing check, a provider error or an abort
+    are handed over first, so both consumers see the same events in the same order.
+    """
+    if (on_event is None) == (on_events is None):
+        raise ValueError("Pass exactly one of on_event and on_events.")
     version = provider.protocol.get("version")
     if version != PROTOCOL_VERSION:
         raise ValueError(f'Provider "{provider.id}" uses unsupported agent protocol "{version}".')
@@ -67,38 +79,68 @@ async def run_agent_provider(
     ctx = provider.create_context(options)
     run = _Run()
     event_types = provider.capabilities.event_types
+    session_id, run_id = options.session_id, options.run_id
+    #: Checked events not yet handed to the consumer.
+    pending: list[AgentEvent] = []
 
-    def check(event: AgentEvent) -> None:
-        if validate_event(event) is not None:
-            raise AgentProviderProtocolError(f'Provider "{provider.id}" emitted an invalid event.')
-        if event["sessionId"] != options.session_id or event["runId"] != options.run_id:
-            raise AgentProviderProtocolError(
-                f'Provider "{provider.id}" emitted an event outside the active session or run.'
-            )
-        kind = event["type"]
-        if kind not in event_types:
-            raise AgentProviderProtocolError(
-                f'Provider "{provider.id}" emitted undeclared event type "{kind}".'
-            )
-        if kind in _OBSERVED:
-            _observe(run, event)
+    def collect(events: Iterable[AgentEvent]) -> None:
+        # Checks inline, no await: this loop carries every event of the run.
+        for event in events:
+            if validate_event(event) is not None:
+                raise AgentProviderProtocolError(
+                    f'Provider "{provider.id}" emitted an invalid event.'
+                )
+            if event["sessionId"] != session_id or event["runId"] != run_id:
+                raise AgentProviderProtocolError(
+                    f'Provider "{provider.id}" emitted an event outside the active session or run.'
+                )
+            kind = event["type"]
+            if kind not in event_types:
+                raise AgentProviderProtocolError(
+                    f'Provider "{provider.id}" emitted undeclared event type "{kind}".'
+                )
+            if kind in _OBSERVED:
+                _observe(run, event)
+            pending.append(event)
+
+    async def hand_over() -> None:
+        """Give the consumer the checked events collected so far."""
+        if not pending:
+            return
+        batch = pending.copy()
+        pending.clear()
+        try:
+            if on_events is not None:
+                await on_events(batch)
+            else:
+                assert on_event is not None
+                for event in batch:
+                    await on_event(event)
+        except Exception as error:
+            raise _ConsumerError(error) from error
 
     take = getattr(ctx, "take_extensions", None) if options.on_extension is not None else None
 
-    async def emit_all(events: Iterable[AgentEvent]) -> None:
-        # Checks inline, one await per event: this loop carries every event of the run.
-        for event in events:
-            check(event)
+    async def extensions() -> None:
+        """Hand over the extension values queued so far (after the events before them)."""
+        if take is None or options.on_extension is None:
+            return
+        values = take()
+        if not values:
+            return
+        await hand_over()
+        for key, value in values:
             try:
-                await on_event(event)
+                await options.on_extension(key, value)
             except Exception as error:
                 raise _ConsumerError(error) from error
-        if take is not None and options.on_extension is not None:
-            for key, value in take():
-                try:
-                    await options.on_extension(key, value)
-                except Exception as error:
-                    raise _ConsumerError(error) from error
+
+    async def emit_all(events: Iterable[AgentEvent]) -> None:
+        try:
+            collect(events)
+        finally:
+            await hand_over()  # what passed its check before a failure goes first
+        await extensions()
 
     async def route(error: Exception) -> None:
         await emit_all(provider.transform_error(error, ctx))
@@ -111,14 +153,20 @@ async def run_agent_provider(
             request = await provider.prepare_request(input, ctx)
             open_batches = getattr(transport, "open_batches", None)
             if open_batches is not None:
-                # The chunks of one upstream read come as one list: one generator step per read.
+                # The chunks of one upstream read come as one list: one generator step and one
+                # hand-over per read.
                 batches = open_batches(request, signal)
                 try:
                     async for batch in batches:
                         for chunk in batch:
-                            await emit_all(provider.transform_chunk(chunk, ctx))
+                            collect(provider.transform_chunk(chunk, ctx))
+                            if take is not None:
+                                await extensions()
                             if signal.aborted:
                                 raise AbortError.from_signal(signal)
+                        await hand_over()
+                        if signal.aborted:
+                            raise AbortError.from_signal(signal)
                 finally:
                     await _aclose(batches)
             else:
@@ -131,9 +179,13 @@ async def run_agent_provider(
                 finally:
                     await _aclose(chunks)
             await emit_all(provider.flush(ctx))
-        except (_ConsumerError, AgentProviderProtocolError):
+        except _ConsumerError:
+            raise
+        except AgentProviderProtocolError:
+            await hand_over()  # the events that passed before the one that failed
             raise
         except Exception as error:
+            await hand_over()  # the events before the error come before its handling
             await route(error)
             return
         await _wait_and_continue(provider, ctx, options, run, emit_all, route)

@@ -91,6 +91,9 @@ class DelegatingBackend(Backend):
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._inner.snapshot(ref)
 
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        return await self._inner.run_issues(ref, run_id)
+
     async def head_cursor(self, ref: ConversationRef) -> str:
         return await self._inner.head_cursor(ref)
 

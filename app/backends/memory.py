@@ -256,16 +256,20 @@ class MemoryBackend(Backend):
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         conv = self._require(ref)
         session_id = conv.meta.session_id
-        if any(i.event is not None and i.event.get("sessionId") != session_id for i in items):
-            # A run of a deleted incarnation: all or nothing, like append_event.
-            raise KeyError(f"conversation {ref.key!r} was deleted and created again")
+        for item in items:  # a loop, not any(<genexpr>): this runs once per upstream read
+            if item.event is not None and item.event.get("sessionId") != session_id:
+                # A run of a deleted incarnation: all or nothing, like append_event.
+                raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         out: list[LogEntry] = []
+        dispatch = conv.store.dispatch
         for item in items:
             conv.last_seq += 1
             cursor = conv.cursor(conv.last_seq)
-            if item.event is not None:
-                conv.store.dispatch(item.event)
-                entry = LogEntry.for_event(cursor, item.event)
+            event = item.event
+            if event is not None:
+                # An event the runner checked (protocol.md §6) is not validated twice.
+                dispatch(event, validated=item.checked)
+                entry = LogEntry.for_event(cursor, event)
             else:
                 conv.extensions[item.key] = item.value
                 entry = LogEntry.for_extension(cursor, item.key, item.value)
@@ -286,6 +290,12 @@ class MemoryBackend(Backend):
             extensions=dict(conv.extensions),
             meta=conv.meta,
         )
+
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        conv = self._get(ref)
+        if conv is None:
+            return []
+        return [dict(issue) for issue in conv.store.issues() if issue["runId"] == run_id]
 
     async def head_cursor(self, ref: ConversationRef) -> str:
         conv = self._get(ref)

@@ -153,6 +153,20 @@ class Snapshots(Protocol):
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         """The state with its cursor; None when the conversation does not exist."""
 
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        """The state's protocol ``issues`` raised by ``run_id``'s events, in order (empty when
+        the conversation does not exist). This default reads a snapshot; a backend holding
+        the reducer in memory answers without building one (a 50,000-event run's snapshot
+        materializes ~7 MB of ``processedEventIds``)."""
+        snapshot = await self.snapshot(ref)
+        if snapshot is None:
+            return []
+        return [
+            dict(issue)
+            for issue in snapshot.state.get("issues", ())
+            if isinstance(issue, dict) and issue.get("runId") == run_id
+        ]
+
 
 class RunSlots(Protocol):
     """One active run per conversation: claiming, releasing and naming the slot's holder."""

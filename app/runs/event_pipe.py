@@ -1,10 +1,11 @@
 """A run's writer: its events go to the backend in batches, one write in flight at a time.
 
-The runner hands each event over without waiting for it to be stored; whatever accumulates
-while the previous write is in flight is written next, in one ``append_batch`` (one Redis round
-trip). The buffer is bounded: when ``max_pending`` items wait, the runner waits too, so the
-upstream is read no faster than the backend accepts. A failed write ends the pipe: nothing more
-is written, and the error is raised to the runner at its next ``put`` (and by ``close``).
+The runner hands the events of each upstream read over at once, without waiting for them to
+be stored; whatever accumulates while the previous write is in flight is written next, in one
+``append_batch`` (one Redis round trip, one wake-up of the readers). The buffer is bounded:
+when ``max_pending`` items wait, the runner waits too, so the upstream is read no faster than
+the backend accepts. A failed write ends the pipe: nothing more is written, and the error is
+raised to the runner at its next ``put`` (and by ``close``).
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ class EventPipe:
 
     async def put(self, item: LogItem) -> None:
         """Queue ``item`` (written soon, in order); waits while the buffer is full."""
+        await self.put_all([item])
+
+    async def put_all(self, items: list[LogItem]) -> None:
+        """Queue ``items`` (written soon, in order, in as few batches as they fit); waits
+        while the buffer is full."""
         if self.error is not None:
             raise self.error
-        self._items.append(item)
+        self._items.extend(items)
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
         if len(self._items) >= self._max:

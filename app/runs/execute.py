@@ -1,8 +1,9 @@
 """Executing one run: options from the conversation, the runner, and the one writer per run.
 
-Every event the runner accepts goes through the run's :class:`.event_pipe.EventPipe`: reduced
-and logged in batches (whatever accumulated while the previous write was in flight), so the
-runner never waits a round trip per event and subscribers see each batch at once. A run always
+The runner hands over the checked events of each upstream read in one call; they go through
+the run's :class:`.event_pipe.EventPipe`: reduced and logged in batches (whatever accumulated
+while the previous write was in flight), so the runner never waits a round trip per event and
+subscribers see each batch at once. A run always
 ends with a terminal event: when the runner raises (a provider bug) or returns without one, the
 gateway appends ``run.failed`` (``provider_error``) or ``run.cancelled`` itself.
 """
@@ -245,13 +246,23 @@ async def _execute_run(
 
     pipe = EventPipe(backend, ref, on_logged)
 
-    async def on_event(event: AgentEvent) -> None:
-        event = cap_artifact(event, artifact_cap)  # state never grows unbounded from one event
-        if event["runId"] == active.run_id and event["type"] in RUN_TERMINAL_TYPES:
-            event = await _decide_end(backend, ref, active, event)
+    run_id = active.run_id
+
+    async def on_events(checked: list[AgentEvent]) -> None:
+        """The events of one upstream read, checked by the runner: to the pipe in one go."""
+        events: list[AgentEvent] = []
+        items: list[LogItem] = []
+        for original in checked:
+            event = cap_artifact(original, artifact_cap)  # state never grows from one event
+            if event["type"] in RUN_TERMINAL_TYPES and event["runId"] == run_id:
+                event = await _decide_end(backend, ref, active, event)
+            events.append(event)
+            # Unchanged since the runner's check: the store does not validate it again. An
+            # event the gateway changed (capped, turned into run.cancelled) is validated.
+            items.append(LogItem(event, checked=event is original))
         if tracker is not None:
-            tracker.on_event(event)
-        await pipe.put(LogItem.of_event(event))
+            tracker.on_events(events)
+        await pipe.put_all(items)
 
     async def on_extension(key: str, value: Any) -> None:
         await pipe.put(LogItem.of_extension(key, value))
@@ -277,7 +288,7 @@ async def _execute_run(
     meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
     await backend.save_meta(ref, meta)
     try:
-        await run_agent_provider(provider, run_input, options, on_event)
+        await run_agent_provider(provider, run_input, options, None, on_events=on_events)
         await pipe.flush()
     except Exception:
         logger.exception("run %s ended with an error in the provider", active.run_id)
@@ -290,7 +301,7 @@ async def _execute_run(
                 logger.exception("could not close run %s", active.run_id)
         if tracker is not None:
             await tracker.finish(
-                active.run_id, lambda: backend.snapshot(ref), cancelled=active.signal.aborted
+                run_id, lambda: backend.run_issues(ref, run_id), cancelled=active.signal.aborted
             )
         current = await backend.get_meta(ref)
         if current is not None:  # a title set (PATCH) while the run ran stays

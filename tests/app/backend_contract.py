@@ -129,6 +129,39 @@ class BackendContract:
         assert message["content"] == "0,1,"
         assert await backend.append_batch(ref, []) == []
 
+    async def test_run_issues_are_the_snapshots_issues_of_that_run(self, backend: Backend) -> None:
+        ref = ConversationRef("p", "c")
+        assert await backend.run_issues(ref, "r1") == []  # no conversation
+        await backend.create_conversation(ref, meta())
+        for run in ("r1", "r2"):
+            events = run_events(run, 1)
+            events.append(event(run, 3, "message.delta", {"messageId": "nope", "delta": "x"}))
+            events.append(event(run, 2, "run.completed"))  # a sequence already used
+            await backend.append_batch(ref, [LogItem.of_checked_event(e) for e in events])
+        snap = await backend.snapshot(ref)
+        assert snap is not None
+        for run in ("r1", "r2"):
+            expected = [i for i in snap.state["issues"] if i["runId"] == run]
+            assert [i["code"] for i in expected] == ["missing_entity", "invalid_sequence"]
+            assert await backend.run_issues(ref, run) == expected
+        assert await backend.run_issues(ref, "r3") == []
+
+    async def test_checked_items_reduce_like_unchecked_ones(self, backend: Backend) -> None:
+        """Skipping the store's validation of runner-checked events changes no state, and an
+        unchecked item (an event the gateway built or changed) is still validated."""
+        plain, checked = ConversationRef("p", "plain"), ConversationRef("p", "checked")
+        events = [*run_events("r1", 3), event("r1", 5, "run.completed")]
+        for ref, of in ((plain, LogItem.of_event), (checked, LogItem.of_checked_event)):
+            await backend.create_conversation(ref, meta())
+            await backend.append_batch(ref, [of(e) for e in events])
+        a, b = await backend.snapshot(plain), await backend.snapshot(checked)
+        assert a is not None and b is not None
+        assert a.state == b.state
+        invalid = {**event("r2", 0, "run.started"), "timestamp": "soon"}
+        await backend.append_batch(plain, [LogItem.of_event(invalid)])
+        after = await backend.snapshot(plain)
+        assert after is not None and "r2" not in after.state["runs"]
+
     async def test_read_after_cursor_in_order_with_limit(self, backend: Backend) -> None:
         ref = ConversationRef("p", "c")
         await backend.create_conversation(ref, meta())

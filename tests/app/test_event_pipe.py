@@ -1,15 +1,26 @@
-"""The run's event pipe: batches while a write is in flight, bounded buffer, errors surface."""
+"""The run's event pipe: batches while a write is in flight, bounded buffer, errors surface;
+and a run's events through it: one hand-over per upstream read, every check kept."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
 from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
+from app.observability.metrics import GatewayMetrics
+from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import EventPipe
+from app.runs.execute import ActiveRun, RunRequest, execute_run
+from core.events import validate_event
+from core.factory import EventFactory
+from core.keys import entity_key
+from providers.contract import AGENT_EVENT_PROTOCOL, Capabilities, RunOptions
+from providers.signal import AbortSignal
 from tests.app.backend_contract import event, meta
+from tests.app.gateway_server import make_settings
 
 REF = ConversationRef("p", "c")
 
@@ -82,3 +93,150 @@ async def test_a_failed_write_is_raised_to_the_producer_and_by_flush() -> None:
     await pipe.close()  # does not raise: the error was reported
     snapshot = await backend.snapshot(REF)
     assert snapshot is not None and snapshot.cursor == await backend.head_cursor(REF)
+
+
+async def test_put_all_queues_a_read_in_order_and_waits_while_the_buffer_is_full() -> None:
+    backend = await _backend()
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend, max_pending=8)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    await asyncio.sleep(0)  # the first write (gated) takes it
+    read = [LogItem.of_event(event("r1", seq, "x")) for seq in range(1, 13)]
+    blocked = asyncio.ensure_future(pipe.put_all(read))
+    await asyncio.sleep(0.05)
+    assert not blocked.done()  # 12 >= 8 wait while a write is in flight
+    backend.gate.set()
+    await asyncio.wait_for(blocked, 5)
+    await pipe.flush()
+    assert backend.batches == [1, 12]
+    assert [e.decoded()["sequence"] for e in logged] == list(range(13))
+
+
+# --- the run's events through execute_run: one hand-over per read, checks kept -------------
+
+SESSION = "ses_test"
+
+
+class RecordingBackend(MemoryBackend):
+    """Records every item appended through ``append_batch`` (and whether it was checked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[LogItem] = []
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        self.items.extend(items)
+        return await super().append_batch(ref, items)
+
+
+class ReadsTransport:
+    """The chunks of each upstream read as one list, like ``SSETransport.open_batches``."""
+
+    kind = "async-iterable"
+
+    def __init__(self, reads: list[list[str]]) -> None:
+        self.reads = reads
+
+    async def aclose(self) -> None:
+        return None
+
+    async def open_batches(self, request: Any, signal: AbortSignal) -> AsyncIterator[list[str]]:
+        for read in self.reads:
+            yield read
+            await asyncio.sleep(0)
+
+
+class ReadsProvider:
+    """``text`` chunks become deltas, ``big`` an artifact over the inline cap, ``bad`` an
+    event with a negative sequence (invalid, protocol.md §1)."""
+
+    id = "reads"
+    protocol = AGENT_EVENT_PROTOCOL
+    capabilities = Capabilities(
+        event_types=(
+            "run.started",
+            "message.started",
+            "message.delta",
+            "message.completed",
+            "artifact.created",
+            "run.completed",
+            "run.failed",
+        ),
+        transports=("async-iterable",),
+    )
+
+    def __init__(self, reads: list[list[str]]) -> None:
+        self.transport = ReadsTransport(reads)
+
+    def create_context(self, options: RunOptions) -> EventFactory:
+        return EventFactory(options.session_id, options.run_id)
+
+    def start(self, input: Any, ctx: EventFactory) -> list[dict[str, Any]]:
+        return [
+            ctx.create("run.started", {}),
+            ctx.create("message.started", {"messageId": "m", "role": "assistant"}),
+        ]
+
+    async def prepare_request(self, input: Any, ctx: EventFactory) -> Any:
+        return input
+
+    def transform_chunk(self, chunk: str, ctx: EventFactory) -> list[dict[str, Any]]:
+        if chunk == "big":
+            payload = {"artifactId": "a", "name": "a", "content": "x" * 64}
+            return [ctx.create("artifact.created", payload)]
+        event = ctx.create("message.delta", {"messageId": "m", "delta": chunk})
+        return [{**event, "sequence": -1}] if chunk == "bad" else [event]
+
+    def flush(self, ctx: EventFactory) -> list[dict[str, Any]]:
+        return [
+            ctx.create("message.completed", {"messageId": "m"}),
+            ctx.create("run.completed", {}),
+        ]
+
+    def transform_error(self, error: BaseException, ctx: EventFactory) -> list[dict[str, Any]]:
+        failure = {"code": "provider_error", "message": str(error)}
+        return [ctx.create("run.failed", {"error": failure})]
+
+
+async def _execute(reads: list[list[str]]) -> tuple[RecordingBackend, dict[str, Any]]:
+    backend = RecordingBackend()
+    ref = ConversationRef("p", "run")
+    await backend.create_conversation(ref, meta())
+    settings = make_settings(limits={"max_inline_artifact_bytes": 16})
+    provider = ReadsProvider(reads)
+    catalog = ProviderCatalog(settings, {"reads": provider})
+    request = RunRequest("r1", {"prompt": "go"}, "reads")
+    await execute_run(backend, catalog, settings, ref, request, ActiveRun("r1"), GatewayMetrics())
+    snapshot = await backend.snapshot(ref)
+    assert snapshot is not None
+    return backend, snapshot.state
+
+
+async def test_a_runs_reads_are_logged_and_only_what_the_gateway_changed_is_revalidated() -> None:
+    backend, state = await _execute([["a", "b", "c"], ["big"], ["d"]])
+    assert state["runs"]["r1"]["status"] == "completed"
+    assert state["messages"][entity_key("r1", "m")]["content"] == "abcd"
+    # Capped by the gateway: a changed event is validated by the store again.
+    assert [item.checked for item in backend.items if item.event is not None] == [
+        True,  # run.started
+        True,  # message.started
+        True,  # a
+        True,  # b
+        True,  # c
+        False,  # artifact.created, its content cut to the inline cap
+        True,  # d
+        True,  # message.completed
+        True,  # run.completed
+    ]
+    assert state["artifacts"][entity_key("r1", "a")]["content"] == "x" * 16
+
+
+async def test_an_invalid_event_mid_read_is_still_caught_and_never_logged() -> None:
+    backend, state = await _execute([["a", "b", "bad", "c"], ["d"]])
+    logged = [item.event for item in backend.items if item.event is not None]
+    assert all(validate_event(e) is None for e in logged)
+    deltas = [e["payload"]["delta"] for e in logged if e["type"] == "message.delta"]
+    assert deltas == ["a", "b"]  # what passed before it; nothing after
+    run = state["runs"]["r1"]
+    assert run["status"] == "failed"
+    assert run["error"]["code"] == "provider_error"  # the gateway's own terminal

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.backends import Backend, ConversationMeta, ConversationRef, MemoryBackend, ReadResult
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
+from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
 from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_metric, wait_state
 
@@ -88,11 +89,6 @@ def test_time_to_first_event_skips_the_user_turn() -> None:
     )
 
 
-class _Snap:
-    def __init__(self, issues: list[dict[str, Any]]) -> None:
-        self.state = {"issues": issues}
-
-
 async def test_finish_counts_the_runs_protocol_issues_and_closes() -> None:
     m = GatewayMetrics()
     tracker = m.run_tracker("demo")
@@ -102,20 +98,81 @@ async def test_finish_counts_the_runs_protocol_issues_and_closes() -> None:
         {"code": "invalid_sequence", "runId": "run_1", "eventId": "e2", "message": "y"},
     ]
 
-    async def snapshot() -> _Snap:
-        return _Snap(issues)
+    async def run_issues() -> list[dict[str, Any]]:
+        return issues
 
-    await tracker.finish("run_1", snapshot, cancelled=True)
+    await tracker.finish("run_1", run_issues, cancelled=True)
     assert sample(m, "agent_gateway_protocol_issues_total", code="missing_entity") == 1
     assert sample(m, "agent_gateway_protocol_issues_total", code="invalid_sequence") == 1
     assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="cancelled") == 1
 
-    async def broken() -> _Snap:
+    async def broken() -> list[dict[str, Any]]:
         raise ConnectionError("backend down")
 
     other = m.run_tracker("demo")
-    await other.finish("run_2", broken)  # a failing snapshot never breaks the run's end
+    await other.finish("run_2", broken)  # a failing read never breaks the run's end
     assert sample(m, "agent_gateway_runs_ended_total", provider="demo", outcome="failed") == 1
+
+
+def _figures(m: GatewayMetrics) -> dict[str, float]:
+    """Every sample of the registry except the run tracker's own durations' buckets."""
+    return {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for family in m.registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+
+
+def test_on_events_in_batches_gives_the_figures_of_one_event_at_a_time() -> None:
+    """The hot path feeds the tracker one batch per upstream read: the counters, the time to
+    first event (after the user turn) and the terminal come out as with one call per event."""
+    run = [
+        ev("session.started"),
+        ev("run.started"),
+        ev("message.started", {"messageId": "u", "role": "user", "content": "q"}),
+        ev("message.completed", {"messageId": "u"}),
+        ev("message.started", {"messageId": "m", "role": "assistant"}),
+        *[ev("message.delta", {"messageId": "m", "delta": "x"}) for _ in range(40)],
+        ev("message.completed", {"messageId": "m"}),
+        ev("run.failed", {"error": {"code": "upstream_http_error", "message": "x"}}),
+        ev("message.delta", {"messageId": "m", "delta": "late"}),  # after the end: counted
+    ]
+    for size in (1, 3, 16, len(run)):
+        one_clock, batch_clock = FakeClock(), FakeClock()
+        one = GatewayMetrics(clock=one_clock)
+        batched = GatewayMetrics(clock=batch_clock)
+        t_one, t_batched = one.run_tracker("demo"), batched.run_tracker("demo")
+        for start in range(0, len(run), size):
+            part = run[start : start + size]
+            for event in part:
+                t_one.on_event(event)
+            t_batched.on_events(part)
+            one_clock.now += 0.25
+            batch_clock.now += 0.25
+        assert t_batched.ended
+        assert _figures(batched) == _figures(one), size
+        assert sample(batched, "agent_gateway_events_total", type="message.delta") == 41
+
+
+def test_batched_event_counts_lag_at_most_a_bound_and_are_complete_at_the_end() -> None:
+    clock = FakeClock()
+    m = GatewayMetrics(clock=clock)
+    tracker = m.run_tracker("demo")
+    tracker.on_events([ev("run.started"), ev("message.started", {"messageId": "m"})])
+    delta = ev("message.delta", {"messageId": "m", "delta": "x"})
+    for _ in range(COUNT_EVERY_EVENTS - 3):
+        tracker.on_events([delta])
+    assert (sample(m, "agent_gateway_events_total", type="message.delta") or 0) == 0
+    tracker.on_events([delta])  # the COUNT_EVERY_EVENTS-th event: all counted
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS - 2
+    tracker.on_events([delta])
+    clock.now += COUNT_EVERY_SECONDS
+    tracker.on_events([delta])  # a slow stream: counted once a second
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS
+    tracker.on_events([delta, ev("run.completed")])  # the end counts what is left
+    assert sample(m, "agent_gateway_events_total", type="message.delta") == COUNT_EVERY_EVENTS + 1
+    assert sample(m, "agent_gateway_events_total", type="run.completed") == 1
 
 
 def test_failed_run_counts_upstream_error_code() -> None:

@@ -191,3 +191,16 @@ def test_parse_event_agrees_with_validate_event_and_round_trips(events: list[Any
             with pytest.raises(EventValidationError) as info:
                 parse_event(event)
             assert (info.value.path, info.value.reason) == (error.path, error.reason)
+
+
+@SETTINGS
+@given(any_streams())
+def test_dispatch_of_validated_events_folds_like_dispatch(events: list[Any]) -> None:
+    """``dispatch(event, validated=True)`` (the runner already checked it) skips only the
+    validation: for every valid event the state and outcomes are those of ``dispatch``."""
+    valid = [event for event in events if validate_event(event) is None]
+    checked, plain = AgentStore(), AgentStore()
+    for event in valid:
+        assert checked.dispatch(event, validated=True) == plain.dispatch(event)
+        assert checked.last_issue == plain.last_issue
+    assert checked.get_snapshot() == plain.get_snapshot() == naive_fold(valid)

@@ -350,3 +350,29 @@ def test_odd_mapping_is_invalid_not_an_exception() -> None:
     store = AgentStore()
     assert store.dispatch(Weird()) is DispatchOutcome.INVALID
     assert store.last_error is not None and store.last_error.path == "$"
+
+
+def test_streamed_text_merges_only_its_newest_chunks() -> None:
+    """Every 64 deltas the newest ones are joined; text merged before is never copied again
+    (O(1) per delta on long answers) and the content stays exact."""
+    from core.engine import _MERGE_EVERY, Text
+
+    events = EventFactory("s", "r")
+    store = AgentStore()
+    store.dispatch(events.create("run.started", {}))
+    store.dispatch(events.create("message.started", {"messageId": "m", "role": "assistant"}))
+    deltas = [f"{i};" for i in range(3 * _MERGE_EVERY + 5)]
+    record = None
+    first_merge = None
+    for n, delta in enumerate(deltas, 1):
+        store.dispatch(events.create("message.delta", {"messageId": "m", "delta": delta}))
+        record = store._engine.entities["messages"][entity_key("r", "m")]
+        text = record["content"]
+        assert isinstance(text, Text)
+        if n == 2 * _MERGE_EVERY:
+            first_merge = text.chunks[1]
+    assert record is not None and first_merge is not None
+    chunks = record["content"].chunks
+    assert chunks[1] is first_merge  # not joined into a larger string since
+    assert len(chunks) == 1 + 3 + 5  # the first delta, three merges, five since
+    assert store.get_entity("message", "r", "m")["content"] == "".join(deltas)  # type: ignore[index]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from providers.context import RunContext
 from providers.history import derive_run_history, replay_events
-from providers.run_events import RunEventLog
+from providers.run_events import MERGE_EVERY, RunEventLog
 from providers.testing import make_options
 
 OPS = st.lists(
@@ -89,3 +89,27 @@ def test_iterating_does_not_close_the_open_group() -> None:
     assert [e["payload"]["delta"] for e in log] == ["ab"]
     assert len(log) == 2
     _ = ctx
+
+
+def test_a_long_delta_run_is_kept_merged_and_reads_back_the_same_text() -> None:
+    """Deltas are joined every MERGE_EVERY (a long answer holds few strings, not one per
+    delta); the merged event carries exactly the text of all of them, in order."""
+    log = RunEventLog()
+    deltas = [f"{i};" for i in range(5 * MERGE_EVERY + 7)]
+    events = [
+        {
+            "type": "message.delta",
+            "eventId": f"e{i}",
+            "sequence": i,
+            "payload": {"messageId": "m", "delta": d},
+        }
+        for i, d in enumerate(deltas)
+    ]
+    for event in events:
+        log.append(event)
+    (merged,) = list(log)
+    assert merged["payload"]["delta"] == "".join(deltas)
+    assert merged["eventId"] == events[-1]["eventId"]
+    # one string per MERGE_EVERY deltas, then the ones since the last merge
+    assert len(log._chunks) == len(deltas) // MERGE_EVERY + len(deltas) % MERGE_EVERY
+    assert len(log) == len(events)

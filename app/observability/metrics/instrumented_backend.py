@@ -133,6 +133,9 @@ class InstrumentedBackend(Backend):
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._call("snapshot", self._inner.snapshot(ref))
 
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        return await self._call("run_issues", self._inner.run_issues(ref, run_id))
+
     async def head_cursor(self, ref: ConversationRef) -> str:
         return await self._call("head_cursor", self._inner.head_cursor(ref))
 

@@ -148,14 +148,15 @@ class GatewayMetrics:
             abort_signal.add_callback(lambda _reason: tracker.abort_requested())
         return tracker
 
-    def observe_event(self, event_type: object) -> None:
-        # Once per event (hot path): the labelled child is resolved once per event type.
+    def observe_event(self, event_type: object, count: int = 1) -> None:
+        """Count ``count`` events of ``event_type`` (once per type per batch on the hot path:
+        the labelled child is resolved once per event type)."""
         child = self._event_children.get(event_type)
         if child is None:
             child = self.events.labels(self.event_label(event_type))
             if isinstance(event_type, str) and len(self._event_children) < 64:
                 self._event_children[event_type] = child
-        child.inc()
+        child.inc(count)
 
     def protocol_issue(self, code: object) -> None:
         self.protocol_issues.labels(self.issue_label(code)).inc()
