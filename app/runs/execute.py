@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.backends import Backend, ConversationRef, LogEntry
+from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.types import LogItem
 from app.config import Settings
 from app.observability.logs import log_context
@@ -24,6 +24,7 @@ from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import EventPipe
 from app.runs.limits import cap_artifact
+from app.runs.retry import until_available
 from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
@@ -165,7 +166,11 @@ async def _decide_end(
     """``event``, the run's terminal, or ``run.cancelled`` in its place when an abort was
     answered (202) before the end was decided: an accepted abort always wins."""
     active.ending = True  # from here on, local aborts answer "aborted": false
-    reason = active.signal.reason or await backend.end_run(ref, active.run_id)
+    reason: str | None = active.signal.reason
+    if reason is None:
+        reason = await until_available(
+            lambda: backend.end_run(ref, active.run_id), f"ending run {active.run_id}"
+        )
     if reason is None or event["type"] == "run.cancelled":
         return event
     return {
@@ -180,7 +185,7 @@ async def _close_unterminated(
     backend: Backend, ref: ConversationRef, session_id: str, active: ActiveRun
 ) -> None:
     """Append the terminal the provider failed to emit (and run.started if even that is missing)."""
-    snapshot = await backend.snapshot(ref)
+    snapshot = await until_available(lambda: backend.snapshot(ref), f"closing run {active.run_id}")
     if snapshot is None:
         return
     state = snapshot.state
@@ -218,7 +223,8 @@ async def _execute_run(
     active: ActiveRun,
     metrics: GatewayMetrics | None,
 ) -> None:
-    snapshot = await backend.snapshot(ref)
+    starting = f"starting run {active.run_id}"
+    snapshot = await until_available(lambda: backend.snapshot(ref), starting)
     if snapshot is None:  # deleted before the run could start
         return
     meta = snapshot.meta
@@ -286,7 +292,7 @@ async def _execute_run(
     meta.last_input = run_input
     meta.last_run_id = active.run_id
     meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
-    await backend.save_meta(ref, meta)
+    await until_available(lambda: backend.save_meta(ref, meta), starting)
     try:
         await run_agent_provider(provider, run_input, options, None, on_events=on_events)
         await pipe.flush()
@@ -303,8 +309,16 @@ async def _execute_run(
             await tracker.finish(
                 run_id, lambda: backend.run_issues(ref, run_id), cancelled=active.signal.aborted
             )
-        current = await backend.get_meta(ref)
-        if current is not None:  # a title set (PATCH) while the run ran stays
-            meta.title = current.title
-        meta.updated_at = time.time() * 1000
-        await backend.save_meta(ref, meta)
+        await _save_meta_at_end(backend, ref, meta, run_id)
+
+
+async def _save_meta_at_end(
+    backend: Backend, ref: ConversationRef, meta: ConversationMeta, run_id: str
+) -> None:
+    """The meta after the run (transcripts, time); a title set (PATCH) meanwhile stays."""
+    what = f"saving the meta of run {run_id}"
+    current = await until_available(lambda: backend.get_meta(ref), what)
+    if current is not None:
+        meta.title = current.title
+    meta.updated_at = time.time() * 1000
+    await until_available(lambda: backend.save_meta(ref, meta), what)
