@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.api.errors import ApiError
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.types import LogItem
 from app.config import Settings
@@ -181,8 +182,15 @@ async def _decide_end(
     }
 
 
+_PROVIDER_ERROR = {"code": "provider_error", "message": "The provider ended the run abnormally."}
+
+
 async def _close_unterminated(
-    backend: Backend, ref: ConversationRef, session_id: str, active: ActiveRun
+    backend: Backend,
+    ref: ConversationRef,
+    session_id: str,
+    active: ActiveRun,
+    error: dict[str, Any] = _PROVIDER_ERROR,
 ) -> None:
     """Append the terminal the provider failed to emit (and run.started if even that is missing)."""
     snapshot = await until_available(lambda: backend.snapshot(ref), f"closing run {active.run_id}")
@@ -195,8 +203,7 @@ async def _close_unterminated(
             ref, _terminal_event(state, session_id, run_id, "run.started", {})
         )
         state = (await backend.snapshot(ref) or snapshot).state
-    error = {"code": "provider_error", "message": "The provider ended the run abnormally."}
-    event = _terminal_event(state, session_id, run_id, "run.failed", {"error": error})
+    event = _terminal_event(state, session_id, run_id, "run.failed", {"error": dict(error)})
     await backend.append_event(ref, await _decide_end(backend, ref, active, event))
 
 
@@ -228,7 +235,12 @@ async def _execute_run(
     if snapshot is None:  # deleted before the run could start
         return
     meta = snapshot.meta
-    provider = catalog.get(request.provider)
+    try:
+        provider = catalog.get(request.provider)
+    except ApiError as exc:  # adopted from an instance configured with other providers
+        error = {"code": exc.code, "message": exc.message}
+        await _close_unterminated(backend, ref, meta.session_id, active, error)
+        return
     run_input = request.input
     explicit = run_input.get("messages")
     history = list(explicit) if isinstance(explicit, list) else derive_history(snapshot.state)

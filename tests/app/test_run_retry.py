@@ -1,6 +1,7 @@
-"""A run's own backend calls ride out an outage (``app/runs/retry.py``): an accepted run that
-meets ``backend_unavailable`` at its start, its end or its meta save still ends with exactly
-one terminal event, ``completed``, instead of being dropped or failed ``provider_error``."""
+"""A run ends in one terminal event whatever happens around it: its own backend calls ride
+out an outage (``app/runs/retry.py``), so a run that meets ``backend_unavailable`` at its start,
+its end or its meta save still ends ``completed`` once instead of being dropped or failed
+``provider_error``; a run whose provider this instance lacks ends ``run.failed``."""
 
 from __future__ import annotations
 
@@ -96,3 +97,18 @@ async def test_until_available_gives_up_after_its_budget_and_passes_other_errors
 
     with pytest.raises(ApiError, match="busy"):
         await until_available(refused, "test")
+
+
+async def test_a_run_whose_provider_is_unknown_here_ends_failed() -> None:
+    # A queued run adopted from an instance configured with another provider.
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "adopted")
+    await backend.create_conversation(ref, meta())
+    settings = make_settings()
+    catalog = ProviderCatalog(settings, {"demo": ScriptedProvider()})
+    request = RunRequest("r1", {"prompt": "text:3"}, "elsewhere")
+    await execute_run(backend, catalog, settings, ref, request, ActiveRun("r1"), GatewayMetrics())
+    snapshot = await backend.snapshot(ref)
+    assert snapshot is not None
+    run = snapshot.state["runs"]["r1"]
+    assert run["status"] == "failed" and run["error"]["code"] == "unknown_provider"
