@@ -178,11 +178,15 @@ class SSETransport:
                 write=self.timeout_seconds,
                 pool=self.timeout_seconds,
             )
-            # Idle connections are kept (up to the pool size, for httpx's keep-alive expiry) so
-            # a burst of runs reuses them instead of reconnecting.
+            # Idle connections are kept (up to the pool size) so a burst of runs reuses them
+            # instead of reconnecting, for 4 s: uvicorn's and Node's servers close an idle
+            # connection after 5 s, and a connection reused just as its server closes it fails
+            # the run `upstream_dropped` (httpx's default expiry is those same 5 s; the soak saw
+            # 3-4 such runs per 10 minutes).
             limits = httpx.Limits(
                 max_connections=self.max_connections,
                 max_keepalive_connections=self.max_connections,
+                keepalive_expiry=4.0,
             )
             self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self._client

@@ -106,3 +106,11 @@ def test_max_connections_comes_from_the_provider_config() -> None:
     assert default.max_connections == DEFAULT_MAX_CONNECTIONS >= 1000
     with pytest.raises(ValueError, match="max_connections"):
         SSETransport(max_connections=0)
+
+
+def test_idle_connections_expire_before_common_servers_close_them() -> None:
+    # uvicorn and Node close an idle keep-alive connection after 5 s; a connection reused in
+    # that instant fails its run. The pool lets idle connections go first.
+    transport = SSETransport()
+    pool = transport._get_client()._transport._pool  # type: ignore[attr-defined]
+    assert 0 < pool._keepalive_expiry < 5.0
