@@ -102,6 +102,8 @@ class LogReader:
         #: The conversation's incarnation as last seen (kept by the backend); None: none yet.
         self.inc: str | None = None
         self.inc_known = False
+        #: The incarnation lookup in flight (shared by the reads that need it).
+        self.inc_lookup: asyncio.Future[str | None] | None = None
         self._stopping = False
 
     def launch(self) -> None:

@@ -23,6 +23,12 @@ from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult
 __all__ = ["RedisReads"]
 
 
+def _retrieve(lookup: asyncio.Future[str | None]) -> None:
+    """Mark a shared lookup's failure as seen (its waiters get it; none may be left)."""
+    if not lookup.cancelled():
+        lookup.exception()
+
+
 class RedisReads(EventReader):
     def __init__(self, instance: RedisInstance) -> None:
         self._i = instance
@@ -68,11 +74,27 @@ class RedisReads(EventReader):
         for reader in list(self._i.hub.readers.values()):
             reader.wake()
 
-    async def _incarnation(self, reader: LogReader, keys: ConversationKeys) -> str | None:
-        if not reader.inc_known:
-            inc = await self._i.redis.hget(keys.meta, "inc")
-            reader.inc = None if inc is None else text(inc)
-            reader.inc_known = True
+    async def _incarnation(
+        self, reader: LogReader, keys: ConversationKeys, *, fresh: bool = False
+    ) -> str | None:
+        """The conversation's incarnation: the reader's, else looked up in Redis.
+
+        Concurrent lookups share one ``HGET`` (hundreds of followers waiting for a conversation
+        to be created all wake when its run starts) unless ``fresh``: an answer that ends a
+        stream (``unknown``) is always from a lookup started after the caller asked.
+        """
+        if reader.inc_known and not fresh:
+            return reader.inc
+        lookup = reader.inc_lookup
+        if fresh or lookup is None or lookup.done():
+            lookup = reader.inc_lookup = asyncio.ensure_future(self._lookup(reader, keys))
+            lookup.add_done_callback(_retrieve)
+        return await asyncio.shield(lookup)
+
+    async def _lookup(self, reader: LogReader, keys: ConversationKeys) -> str | None:
+        inc = await self._i.redis.hget(keys.meta, "inc")
+        reader.inc = None if inc is None else text(inc)
+        reader.inc_known = True
         return reader.inc
 
     async def _read_once(
@@ -88,7 +110,7 @@ class RedisReads(EventReader):
             inc = await self._incarnation(reader, keys)
         if want_inc is not None and want_inc != inc:
             reader.inc_known = False  # maybe re-created since: look again
-            inc = await self._incarnation(reader, keys)
+            inc = await self._incarnation(reader, keys, fresh=True)
             if want_inc != inc:
                 return ReadResult("unknown")
         if inc is None:
