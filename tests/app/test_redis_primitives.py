@@ -414,3 +414,27 @@ async def test_a_catch_up_read_of_a_trimmed_cursor_says_so(redis: Redis, prefix:
         hub.release(reader)
     finally:
         await hub.close()
+
+
+async def test_a_running_reader_is_taken_without_the_hub_lock_and_kept_alive(
+    redis: Redis, prefix: str
+) -> None:
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    hub = ReaderHub(redis, log, linger_seconds=0.2)
+    try:
+        assert hub.acquire_nowait(keys) is None  # none yet: acquire() starts it
+        reader = await hub.acquire(keys)
+        hub.release(reader)  # its stop is scheduled after the linger...
+        assert keys.tag in hub._stoppers
+        async with hub._lock:  # ...and the hub's lock is busy: the fast path needs neither
+            again = hub.acquire_nowait(keys)
+        assert again is reader and reader.refs == 1
+        assert keys.tag not in hub._stoppers  # the scheduled stop was cancelled
+        ids = await log.append(keys, "", [ev(1)])
+        await eventually(lambda: reader.last_id == ids[-1], what="still reading")
+        assert hub.readers == {keys.tag: reader}
+        hub.release(reader)
+        await eventually(lambda: hub.readers == {}, what="stopped after the last release")
+    finally:
+        await hub.close()

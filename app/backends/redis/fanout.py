@@ -390,13 +390,22 @@ class ReaderHub:
     def readers(self) -> dict[str, LogReader]:
         return self._readers
 
-    async def acquire(self, keys: ConversationKeys) -> LogReader:
+    def acquire_nowait(self, keys: ConversationKeys) -> LogReader | None:
+        """:meth:`acquire` when the reader is running (else None): no lock, no coroutine.
+
+        The common case, every read of every subscriber. A stop waits for the lock and
+        checks ``refs`` again, so taking a ref here is safe.
+        """
         reader = self._readers.get(keys.tag)
-        if reader is not None and reader.started:
-            # The common case (every read of every subscriber): no lock, nothing awaited.
-            # A stop waits for the lock and checks ``refs`` again, so taking a ref here is safe.
-            self._cancel_stop(keys.tag)
-            reader.refs += 1
+        if reader is None or not reader.started:
+            return None
+        self._cancel_stop(keys.tag)
+        reader.refs += 1
+        return reader
+
+    async def acquire(self, keys: ConversationKeys) -> LogReader:
+        reader = self.acquire_nowait(keys)
+        if reader is not None:
             return reader
         async with self._lock:
             handle = self._stoppers.pop(keys.tag, None)

@@ -55,7 +55,7 @@ class RedisReads(EventReader):
         hub = self._i.hub
         keys = self._i.keys(ref)
         with unavailable():
-            reader = await hub.acquire(keys)
+            reader = hub.acquire_nowait(keys) or await hub.acquire(keys)
             try:
                 signal = reader.signal
                 result = await self._read_once(reader, keys, after, limit)
