@@ -75,25 +75,6 @@ def linger_seconds(followers: int) -> float:
     return 0.0 if delay < LINGER_MIN else min(delay, LINGER_MAX)
 
 
-async def follow_batches(
-    gateway: Gateway, ref: ConversationRef, spec: Follow
-) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
-    """Like :func:`follow`, with the log entries of one read as one non-empty list.
-
-    A subscriber that is behind gets everything logged since its last read at once, so a
-    transport can write it in one send (frames coalesced, never re-serialized).
-    """
-    counts = _followers.setdefault(gateway, Counter())
-    counts[ref] += 1
-    try:
-        async for item in _batches(gateway, ref, spec, counts):
-            yield item
-    finally:
-        counts[ref] -= 1
-        if counts[ref] <= 0:
-            del counts[ref]
-
-
 async def _idle_now(gateway: Gateway, ref: ConversationRef) -> bool:
     """Nothing runs or waits, here or (several instances) in the backend's run slot and queue.
 
@@ -125,81 +106,97 @@ async def _run_ended(gateway: Gateway, ref: ConversationRef, run_id: str) -> boo
     return run is not None and run.get("status") != "running"
 
 
-async def _batches(
-    gateway: Gateway, ref: ConversationRef, spec: Follow, counts: Counter[ConversationRef]
+async def follow_batches(
+    gateway: Gateway, ref: ConversationRef, spec: Follow
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
-    backend, runs = gateway.backend, gateway.runs
-    wait = gateway.settings.gateway.heartbeat_seconds
-    pending: list[LogEntry] = []
-    if spec.start is not None:
-        pos = spec.start
-    elif spec.since is None:
-        body = await gateway.snapshot(ref)
-        yield body
-        if _run_over(body, spec.until_run):
-            return
-        pos = body["cursor"]
-    else:
-        probe = await backend.read(ref, spec.since, limit=BATCH, wait=0)
-        if probe.status == "ok":
-            pos, pending = spec.since, probe.entries
-        else:
+    """Like :func:`follow`, with the log entries of one read as one non-empty list.
+
+    A subscriber that is behind gets everything logged since its last read at once, so a
+    transport can write it in one send (frames coalesced, never re-serialized).
+    """
+    counts = _followers.get(gateway)
+    if counts is None:
+        counts = _followers[gateway] = Counter()
+    counts[ref] += 1
+    try:
+        backend, runs = gateway.backend, gateway.runs
+        wait = gateway.settings.gateway.heartbeat_seconds
+        pending: list[LogEntry] = []
+        if spec.start is not None:
+            pos = spec.start
+        elif spec.since is None:
             body = await gateway.snapshot(ref)
             yield body
             if _run_over(body, spec.until_run):
-                return  # the terminal it follows is inside the snapshot
+                return
             pos = body["cursor"]
-    followed = pos != EMPTY_CURSOR
-    stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
-    while True:
-        if pending:
-            entries, pending = pending, []
         else:
-            idle = stop_at_head or gateway.closing.is_set()
-            result = await backend.read(ref, pos, limit=BATCH, wait=0 if idle else wait)
-            if result.status == "unknown" and followed:
-                return  # the conversation was deleted (or evicted)
-            if result.status != "ok":
+            probe = await backend.read(ref, spec.since, limit=BATCH, wait=0)
+            if probe.status == "ok":
+                pos, pending = spec.since, probe.entries
+            else:
                 body = await gateway.snapshot(ref)
                 yield body
                 if _run_over(body, spec.until_run):
                     return  # the terminal it follows is inside the snapshot
                 pos = body["cursor"]
-                followed = pos != EMPTY_CURSOR
+        followed = pos != EMPTY_CURSOR
+        stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
+        while True:
+            if pending:
+                entries, pending = pending, []
+            else:
+                idle = stop_at_head or gateway.closing.is_set()
+                result = await backend.read(ref, pos, limit=BATCH, wait=0 if idle else wait)
+                if result.status == "unknown" and followed:
+                    return  # the conversation was deleted (or evicted)
+                if result.status != "ok":
+                    body = await gateway.snapshot(ref)
+                    yield body
+                    if _run_over(body, spec.until_run):
+                        return  # the terminal it follows is inside the snapshot
+                    pos = body["cursor"]
+                    followed = pos != EMPTY_CURSOR
+                    continue
+                entries = result.entries
+                if not entries:
+                    if stop_at_head or gateway.closing.is_set():
+                        return
+                    if spec.until_run is not None and await _run_ended(
+                        gateway, ref, spec.until_run
+                    ):
+                        return  # resumed after its terminal: nothing of it is left to send
+                    continue
+            if RUN_TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
+                # The common case (no run ends in this batch): no per-entry work in Python.
+                pos = entries[-1].cursor
+                followed = True
+                yield entries
+                delay = linger_seconds(counts[ref])
+                if delay:
+                    await asyncio.sleep(delay)
                 continue
-            entries = result.entries
-            if not entries:
-                if stop_at_head or gateway.closing.is_set():
-                    return
-                if spec.until_run is not None and await _run_ended(gateway, ref, spec.until_run):
-                    return  # resumed after its terminal: nothing of it is left to send
-                continue
-        if RUN_TERMINAL_TYPES.isdisjoint(map(_event_type, entries)):
-            # The common case (no run ends in this batch): no per-entry work in Python.
-            pos = entries[-1].cursor
-            followed = True
-            yield entries
+            batch: list[LogEntry] = []
+            for entry in entries:
+                batch.append(entry)
+                pos = entry.cursor
+                followed = True
+                if entry.is_run_terminal:
+                    if spec.until_run is not None and entry.run_id == spec.until_run:
+                        yield batch
+                        return
+                    if (
+                        spec.until_idle
+                        and not runs.is_busy(ref, excluding=entry.run_id)
+                        and await backend.active_run(ref) in (None, entry.run_id)
+                        and not await backend.queued_runs(ref)
+                    ):
+                        stop_at_head = True  # deliver what is already logged, then close
+            yield batch
             delay = linger_seconds(counts[ref])
             if delay:
                 await asyncio.sleep(delay)
-            continue
-        batch: list[LogEntry] = []
-        for entry in entries:
-            batch.append(entry)
-            pos = entry.cursor
-            followed = True
-            if entry.is_run_terminal:
-                if spec.until_run is not None and entry.run_id == spec.until_run:
-                    yield batch
-                    return
-                if (
-                    spec.until_idle
-                    and not runs.is_busy(ref, excluding=entry.run_id)
-                    and await backend.active_run(ref) in (None, entry.run_id)
-                    and not await backend.queued_runs(ref)
-                ):
-                    stop_at_head = True  # deliver what is already logged, then close
-        yield batch
-        delay = linger_seconds(counts[ref])
-        if delay:
-            await asyncio.sleep(delay)
+    finally:
+        counts[ref] -= 1
+        if counts[ref] <= 0:
+            del counts[ref]

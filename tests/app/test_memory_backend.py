@@ -6,8 +6,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.backends import ConversationRef, MemoryBackend
-from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta
+from app.backends import ConversationRef, LogItem, MemoryBackend
+from tests.app.backend_contract import (
+    LOG_MAX,
+    BackendContract,
+    Control,
+    event,
+    meta,
+    run_events,
+)
 
 
 class TestMemoryBackendContract(BackendContract):
@@ -54,3 +61,25 @@ async def test_lru_evicts_least_recently_used_idle_conversation() -> None:
     assert await backend.get_meta(a) is not None
     assert await backend.get_meta(b) is None
     assert await backend.get_meta(c) is not None
+
+
+async def test_reads_from_any_position_of_a_long_trimmed_log() -> None:
+    """Reads slice the deque from its nearer end: every start and limit gives the same entries
+    as indexing the log, in order (the trimmed head excepted)."""
+    backend = MemoryBackend(event_log_max_len=200)
+    ref = ConversationRef("alice", "long")
+    await backend.create_conversation(ref, meta())
+    entries = [
+        await backend.append_batch(ref, [LogItem.of_event(e)])
+        for e in run_events("run_a", 298)  # 300 entries; the first 100 are trimmed
+    ]
+    logged = [batch[0] for batch in entries]
+    retained = logged[100:]
+    for start in (99, 100, 150, 199, 250, 298, 299):
+        for limit in (1, 7, 256):
+            result = await backend.read(ref, logged[start].cursor, limit=limit, wait=0)
+            assert result.status == "ok"
+            want = retained[start - 99 : start - 99 + limit]
+            assert [e.cursor for e in result.entries] == [e.cursor for e in want]
+            assert all(a is b for a, b in zip(result.entries, want, strict=True))
+    assert (await backend.read(ref, logged[98].cursor, limit=5, wait=0)).status == "trimmed"

@@ -359,3 +359,37 @@ async def test_a_restore_never_lands_beside_an_active_run(
     redis = a.redis
     await redis.delete(a.keys(ref).meta)  # the meta is gone, a run still holds the slot
     assert await b.restore_conversation(ref, meta(), {}, {}) is False
+
+
+async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookups() -> None:
+    """Hundreds of followers of a conversation not created yet all wake when its first entry
+    is logged: they share one HGET per wake-up, not one each, and each gets the entry."""
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        backend = make_backend(prefix)
+        await backend.start()
+        try:
+            ref = ConversationRef("alice", "later")
+            lookups: list[None] = []
+            lookup = backend.reads._lookup
+
+            async def counted(*args: Any) -> str | None:
+                lookups.append(None)
+                return await lookup(*args)
+
+            backend.reads._lookup = counted  # type: ignore[method-assign]
+            followers = [
+                asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10))
+                for _ in range(50)
+            ]
+            hub = backend.reads._i.hub
+            await eventually(
+                lambda: sum(r.refs for r in hub.readers.values()) == 50, what="all waiting"
+            )
+            await backend.create_conversation(ref, meta())
+            entry = await backend.append_event(ref, event("run_a", 0, "run.started"))
+            results = await asyncio.wait_for(asyncio.gather(*followers), 10)
+            assert all([e.cursor for e in r.entries] == [entry.cursor] for r in results)
+            assert len(lookups) <= 4, lookups  # not one per follower (50 without sharing)
+        finally:
+            await backend.close()

@@ -16,6 +16,7 @@ from app.backends.redis.claims import Ownership
 from app.backends.redis.control import Control, ControlBus, OwnerInbox
 from app.backends.redis.eventlog import (
     KIND_EVENT,
+    Entry,
     EventLog,
     Fenced,
     FencedWriter,
@@ -331,5 +332,109 @@ async def test_a_trimmed_cursor_yields_a_gap(redis: Redis, prefix: str) -> None:
     try:
         got = await asyncio.wait_for(_collect(hub.subscribe(keys, first[0]), 1000), 5.0)
         assert got == [GAP]
+    finally:
+        await hub.close()
+
+
+async def test_reads_of_the_window_share_what_was_made_of_each_entry(
+    redis: Redis, prefix: str
+) -> None:
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    hub = ReaderHub(redis, log, linger_seconds=0.1)
+    try:
+        reader = await hub.acquire(keys)
+        start = reader.last_id
+        ids = await log.append(keys, "", [ev(i) for i in range(10)])
+        await eventually(lambda: reader.last_id == ids[-1], what="the reader read them")
+        made: list[str] = []
+
+        def make(entry: Entry) -> tuple[str]:
+            made.append(entry.id)
+            return (entry.id,)
+
+        first = reader.window_view(parse_id(start), 4, "inc1", make)
+        every = reader.window_view(parse_id(start), 100, "inc1", make)
+        tail = reader.window_view(parse_id(ids[5]), 100, "inc1", make)
+        assert first is not None and every is not None and tail is not None
+        assert [m[0] for m in every] == ids and [m[0] for m in tail] == ids[6:]
+        assert made == ids  # once per entry, whatever the reads
+        assert all(a is b for a, b in zip(first, every[:4], strict=True))
+        assert all(a is b for a, b in zip(tail, every[6:], strict=True))
+        again = reader.window_view(parse_id(start), 100, "inc2", make)  # another incarnation
+        assert again is not None and made == ids + ids
+        hub.release(reader)
+    finally:
+        await hub.close()
+
+
+async def test_subscribers_behind_the_window_share_one_catch_up_read(
+    redis: Redis, prefix: str
+) -> None:
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    ids = await log.append(keys, "", [ev(i) for i in range(50)])
+    hub = ReaderHub(redis, log, window=8, linger_seconds=0.1)
+    try:
+        reader = await hub.acquire(keys)  # its window starts at the end: all 50 are older
+        calls: list[str] = []
+        read_after = log.read_after
+
+        async def counted(keys_: ConversationKeys, after: str, count: int = 1000) -> Any:
+            calls.append(after)
+            return await read_after(keys_, after, count)
+
+        log.read_after = counted  # type: ignore[method-assign]
+        cursors = ids[:40:4]
+        assert reader.window_view(parse_id(cursors[0]), 5, "inc", lambda e: e) is None
+        got = await asyncio.gather(*(reader.older(cursor, 5) for cursor in cursors))
+        assert calls == [cursors[0]]  # one XRANGE for ten subscribers at ten cursors
+        for cursor, entries in zip(cursors, got, strict=True):
+            at = ids.index(cursor)
+            assert entries is not None
+            assert [e.id for e in entries] == ids[at + 1 : at + 6]
+        # A subscriber arriving later, further on: served from that read too.
+        rest = await reader.older(ids[-2], 5)
+        assert rest is not None and [e.id for e in rest] == ids[-1:]
+        assert len(calls) == 1
+        hub.release(reader)
+    finally:
+        await hub.close()
+
+
+async def test_a_catch_up_read_of_a_trimmed_cursor_says_so(redis: Redis, prefix: str) -> None:
+    log = EventLog(redis, max_len=10)
+    keys = keys_for(prefix)
+    first = await log.append(keys, "", [ev(0)])
+    await log.append(keys, "", [ev(i) for i in range(1, 300)])
+    hub = ReaderHub(redis, log, window=8, linger_seconds=0.1)
+    try:
+        reader = await hub.acquire(keys)
+        assert await reader.older(first[0], 5) is None
+        hub.release(reader)
+    finally:
+        await hub.close()
+
+
+async def test_a_running_reader_is_taken_without_the_hub_lock_and_kept_alive(
+    redis: Redis, prefix: str
+) -> None:
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    hub = ReaderHub(redis, log, linger_seconds=0.2)
+    try:
+        assert hub.acquire_nowait(keys) is None  # none yet: acquire() starts it
+        reader = await hub.acquire(keys)
+        hub.release(reader)  # its stop is scheduled after the linger...
+        assert keys.tag in hub._stoppers
+        async with hub._lock:  # ...and the hub's lock is busy: the fast path needs neither
+            again = hub.acquire_nowait(keys)
+        assert again is reader and reader.refs == 1
+        assert keys.tag not in hub._stoppers  # the scheduled stop was cancelled
+        ids = await log.append(keys, "", [ev(1)])
+        await eventually(lambda: reader.last_id == ids[-1], what="still reading")
+        assert hub.readers == {keys.tag: reader}
+        hub.release(reader)
+        await eventually(lambda: hub.readers == {}, what="stopped after the last release")
     finally:
         await hub.close()

@@ -1,15 +1,20 @@
-"""Hot-path properties measured by the benches: coalesced SSE writes, right-sized log entries."""
+"""Hot-path properties measured by the benches: coalesced SSE writes (joined once per range,
+untimed when they cannot block), right-sized log entries."""
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
-from collections.abc import AsyncGenerator
-from typing import Any, cast
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any, ClassVar, cast
 
 import pytest
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Message
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 from app.gateway import Gateway
+from app.streams import sse
 from app.streams.follow import (
     LINGER_MAX,
     LINGER_PER_FOLLOWER,
@@ -19,7 +24,7 @@ from app.streams.follow import (
     follow_batches,
     linger_seconds,
 )
-from app.streams.sse import _frames
+from app.streams.sse import _coalesced, _flow_of, _frames, _GatewayEventSource
 from tests.app.backend_contract import event, meta, run_events
 from tests.app.gateway_server import make_settings
 
@@ -104,3 +109,61 @@ async def test_followers_are_counted_while_they_follow_and_released_after(
     await second.aclose()
     assert REF not in _followers[gateway]
     await gateway.close()
+
+
+async def test_followers_reading_the_same_range_send_the_same_bytes_joined_once(
+    gateway: Gateway,
+) -> None:
+    entries = await _log(gateway, run_events("run_a", 6))
+    first = list(_coalesced(entries))
+    again = list(_coalesced(list(entries)))  # another follower's read of the same range
+    assert first == [b"".join(e.sse for e in entries)]
+    assert again[0] is first[0]
+    # Same first entry, another range: joined anew, never the cached bytes.
+    shorter = list(_coalesced(entries[:-1]))
+    assert shorter == [b"".join(e.sse for e in entries[:-1])]
+    later = await _log(gateway, [event("run_a", 9, "message.delta", {"delta": "x"})])
+    longer = list(_coalesced(entries + later))
+    assert longer == [b"".join(e.sse for e in entries + later)]
+    await gateway.close()
+
+
+async def test_sends_that_cannot_block_are_not_timed_and_others_still_drop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn's send suspends only while its transport is paused for writing: a send when it
+    is not paused goes without a timer; a send when it is paused drops past the timeout."""
+    timed: list[float | None] = []
+    send_within = sse._send_within
+
+    def spy(send: Awaitable[None], seconds: float | None) -> Awaitable[None]:
+        timed.append(seconds)
+        return send_within(send, seconds)
+
+    monkeypatch.setattr(sse, "_send_within", spy)
+
+    class Flow:
+        write_paused = False
+
+    class Cycle:
+        flow = Flow()
+        sent: ClassVar[list[bytes]] = []
+
+        async def send(self, message: Message) -> None:
+            if self.flow.write_paused:
+                await asyncio.Event().wait()  # a peer that never reads
+            self.sent.append(message["body"])
+
+    cycle = Cycle()
+    response = _GatewayEventSource(iter(()), send_timeout=0.05)
+    response._server_send = cycle.send
+    response._flow = _flow_of(cycle.send)
+    assert response._flow is cycle.flow
+    body: Message = {"type": "http.response.body", "body": b"x", "more_body": True}
+    await response._send_with_timeout(cycle.send, body)
+    assert cycle.sent == [b"x"] and timed == []
+    Flow.write_paused = True
+    with pytest.raises(SendTimeoutError):
+        await asyncio.wait_for(response._send_with_timeout(cycle.send, body), 5)
+    assert timed == [0.05]
+    assert _flow_of(None) is None  # another server: every send is timed

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
+from types import TracebackType
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -21,14 +20,32 @@ class RunFenced(Exception):
     """This instance lost the run it owned (another instance took it over, or it was deleted)."""
 
 
-@contextlib.contextmanager
-def unavailable() -> Iterator[None]:
+class _Unavailable:
+    """The context manager of :func:`unavailable` (a class: it is entered on every read of
+    every subscriber, and a generator-based one costs a generator per use)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, RedisError | OSError):
+            if isinstance(exc, RedisError) and not isinstance(
+                exc, (RedisConnectionError, RedisTimeoutError)
+            ):
+                log.warning("redis error: %s", exc)
+            raise ApiError(503, "backend_unavailable", "The backend is unavailable.") from exc
+
+
+_UNAVAILABLE = _Unavailable()
+
+
+def unavailable() -> _Unavailable:
     """Map Redis (and socket) failures to the registry's 503 ``backend_unavailable``."""
-    try:
-        yield
-    except (RedisError, OSError) as exc:
-        if isinstance(exc, RedisError) and not isinstance(
-            exc, (RedisConnectionError, RedisTimeoutError)
-        ):
-            log.warning("redis error: %s", exc)
-        raise ApiError(503, "backend_unavailable", "The backend is unavailable.") from exc
+    return _UNAVAILABLE

@@ -5,6 +5,10 @@ entries in memory; every local subscriber follows that window from its own curso
 conversation costs one Redis connection per instance, not one per subscriber. A subscriber whose
 cursor is older than the window catches up with ranged reads (``XRANGE``); one whose cursor was
 trimmed from Redis too gets :data:`GAP` (the caller answers with a snapshot, never a silent gap).
+Everything a read hands out is shared by the instance's subscribers: the window's entries as
+converted once (:meth:`LogReader.window_view`), and a catch-up read from Redis (one in flight
+per conversation, its result kept for the other subscribers behind the window: see
+:meth:`LogReader.older`), never one Redis call per subscriber.
 
 The reader survives Redis outages: it retries with backoff and resumes from the last id it saw,
 so nothing appended meanwhile is lost. ``on_tick`` (optional) is called every ``tick_seconds``
@@ -18,7 +22,7 @@ import bisect
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -40,8 +44,11 @@ class _Gap:
 GAP: Final = _Gap()
 
 Tick = Callable[[], Awaitable[None]]
+T = TypeVar("T")
 #: Entries per ``XREAD``: a reader that is behind catches up this many at a time.
 READ_COUNT = 500
+#: Entries per catch-up read (``XRANGE``) for subscribers behind the window.
+CATCH_UP_COUNT = 1000
 
 
 class LogReader:
@@ -73,6 +80,18 @@ class LogReader:
         self._entries: list[Entry] = []
         self._ids: list[tuple[int, int]] = []
         self._base: tuple[int, int] = (0, 0)
+        #: What :meth:`window_view` made of the window's first ``len(_made)`` entries, for
+        #: ``_made_tag`` (the backend's LogEntry of each, for one incarnation).
+        self._made: list[Any] = []
+        self._made_tag: object = None
+        #: The last catch-up read: entries strictly after ``_older_after``, with their ids.
+        self._older_after: tuple[int, int] = (0, 0)
+        self._older: list[Entry] = []
+        self._older_ids: list[tuple[int, int]] = []
+        #: The catch-up read in flight (the other subscribers behind the window wait for it).
+        self._fetch: asyncio.Future[list[Entry] | None] | None = None
+        #: Counts window clears: a catch-up read that lands after one is not kept.
+        self._generation = 0
         self.last_id = "0-0"
         self._signal = asyncio.Event()
         self._ready = asyncio.Event()
@@ -83,6 +102,8 @@ class LogReader:
         #: The conversation's incarnation as last seen (kept by the backend); None: none yet.
         self.inc: str | None = None
         self.inc_known = False
+        #: The incarnation lookup in flight (shared by the reads that need it).
+        self.inc_lookup: asyncio.Future[str | None] | None = None
         self._stopping = False
 
     def launch(self) -> None:
@@ -93,6 +114,11 @@ class LogReader:
     async def ready(self) -> None:
         """Wait until the reader knows its starting position (or Redis failed to tell it)."""
         await self._ready.wait()
+
+    @property
+    def started(self) -> bool:
+        """:meth:`ready` would return at once."""
+        return self._ready.is_set()
 
     async def start(self) -> None:
         self.launch()
@@ -116,10 +142,16 @@ class LogReader:
 
     def reset(self) -> None:
         """Forget the window (the conversation was deleted): later cursors read from Redis."""
+        self._clear_window(parse_id(self.last_id))
+        self._notify()
+
+    def _clear_window(self, base: tuple[int, int]) -> None:
         self._entries.clear()
         self._ids.clear()
-        self._base = parse_id(self.last_id)
-        self._notify()
+        self._made.clear()
+        self._older, self._older_ids = [], []
+        self._generation += 1
+        self._base = base
 
     def _notify(self) -> None:
         self._signal.set()
@@ -161,6 +193,7 @@ class LogReader:
             self._base = self._ids[excess - 1]
             del self._entries[:excess]
             del self._ids[:excess]
+            del self._made[:excess]  # a prefix of the window: still aligned
         self._notify()
 
     async def _run(self) -> None:
@@ -213,9 +246,7 @@ class LogReader:
 
     def _restart_window(self, first: str) -> None:
         """The window restarts at ``first``: older cursors read from Redis (and see the gap)."""
-        self._entries.clear()
-        self._ids.clear()
-        self._base = parse_id(first)
+        self._clear_window(parse_id(first))
         log.warning("log reader %s fell behind retention; cursors before %s", self.keys.tag, first)
 
     async def _ticks(self) -> None:
@@ -235,6 +266,73 @@ class LogReader:
             return None
         i = bisect.bisect_right(self._ids, cursor)
         return self._entries[i:]
+
+    def window_view(
+        self, cursor: tuple[int, int], limit: int, tag: object, make: Callable[[Entry], T]
+    ) -> list[T] | None:
+        """Up to ``limit`` entries after ``cursor`` from the window, each as ``make`` made it.
+
+        ``make`` runs once per window entry (per ``tag``), not once per read: hundreds of
+        subscribers reading the same entries share what it made, and a read is one slice.
+        None when the window does not cover ``cursor``.
+        """
+        if cursor < self._base:
+            return None
+        if tag != self._made_tag:
+            self._made, self._made_tag = [], tag
+        i = bisect.bisect_right(self._ids, cursor)
+        stop = min(len(self._entries), i + limit)
+        made = self._made
+        if len(made) < stop:
+            made.extend(map(make, self._entries[len(made) : stop]))
+        return made[i:stop]
+
+    async def older(self, after: str, limit: int) -> list[Entry] | None:
+        """Up to ``limit`` entries after ``after``, a cursor the window does not cover; None
+        when Redis no longer holds them all (trimmed).
+
+        One catch-up read (``CATCH_UP_COUNT`` entries) is in flight at a time; subscribers
+        behind the window wait for it and are served from its result when it covers their
+        cursor. Followers that fell behind together then read the same entries (decoded once)
+        and end on the same cursor, so the next catch-up read serves them all again.
+        """
+        position = parse_id(after)
+        while True:
+            got = self._older_after_cursor(position, limit)
+            if got is not None:
+                return got
+            fetch = self._fetch
+            if fetch is None or fetch.done():
+                break
+            with contextlib.suppress(Exception):  # its own reader gets the error
+                await asyncio.shield(fetch)
+        fetch = self._fetch = asyncio.ensure_future(
+            self.log.read_after(self.keys, after, count=max(limit, CATCH_UP_COUNT))
+        )
+        # Runs before any waiter resumes (callbacks run in the order they were added).
+        generation = self._generation
+        fetch.add_done_callback(lambda done: self._fetched(position, generation, done))
+        entries = await asyncio.shield(fetch)
+        return None if entries is None else entries[:limit]
+
+    def _fetched(
+        self, after: tuple[int, int], generation: int, fetch: asyncio.Future[list[Entry] | None]
+    ) -> None:
+        if self._fetch is fetch:
+            self._fetch = None
+        if fetch.cancelled() or fetch.exception() is not None or generation != self._generation:
+            return  # failed (its reader raises), or the window was cleared meanwhile
+        entries = fetch.result()
+        if entries:
+            self._older_after, self._older = after, entries
+            self._older_ids = [parse_id(entry.id) for entry in entries]
+
+    def _older_after_cursor(self, position: tuple[int, int], limit: int) -> list[Entry] | None:
+        ids = self._older_ids
+        if not ids or not self._older_after <= position < ids[-1]:
+            return None
+        i = bisect.bisect_right(ids, position)
+        return self._older[i : i + limit]
 
     async def follow(self, after: str) -> AsyncIterator[list[Entry] | _Gap]:
         """Batches of entries strictly after ``after``, in order, forever (until cancelled).
@@ -292,7 +390,23 @@ class ReaderHub:
     def readers(self) -> dict[str, LogReader]:
         return self._readers
 
+    def acquire_nowait(self, keys: ConversationKeys) -> LogReader | None:
+        """:meth:`acquire` when the reader is running (else None): no lock, no coroutine.
+
+        The common case, every read of every subscriber. A stop waits for the lock and
+        checks ``refs`` again, so taking a ref here is safe.
+        """
+        reader = self._readers.get(keys.tag)
+        if reader is None or not reader.started:
+            return None
+        self._cancel_stop(keys.tag)
+        reader.refs += 1
+        return reader
+
     async def acquire(self, keys: ConversationKeys) -> LogReader:
+        reader = self.acquire_nowait(keys)
+        if reader is not None:
+            return reader
         async with self._lock:
             handle = self._stoppers.pop(keys.tag, None)
             if handle is not None:
@@ -318,6 +432,11 @@ class ReaderHub:
             self.release(reader)
             raise
         return reader
+
+    def _cancel_stop(self, tag: str) -> None:
+        handle = self._stoppers.pop(tag, None)
+        if handle is not None:
+            handle.cancel()
 
     def _owner_local(self, tag: str) -> Callable[[], bool] | None:
         owns = self._owns

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Coroutine
@@ -41,6 +42,11 @@ __all__ = ["RedisInstance", "text"]
 def text(value: Any) -> str:
     """A Redis reply value as ``str``."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: The tag of a conversation, cached: every read of every subscriber names its keys (a SHA-256
+#: per read was 2.6 % of a 500-subscriber fan-out).
+_tag = functools.lru_cache(maxsize=4096)(conversation_tag)
 
 
 class RedisInstance:
@@ -105,7 +111,7 @@ class RedisInstance:
         return owned is not None and not (owned.fenced or owned.released)
 
     def keys(self, ref: ConversationRef) -> ConversationKeys:
-        return ConversationKeys(self.prefix, conversation_tag(ref.principal, ref.key))
+        return ConversationKeys(self.prefix, _tag(ref.principal, ref.key))
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (cancelled by :meth:`cancel_background`)."""

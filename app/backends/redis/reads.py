@@ -2,6 +2,8 @@
 
 A read is served from the reader's window when it can (:mod:`.fanout`), else from the stream;
 a cursor of another incarnation reads as ``unknown``, one behind retention as ``trimmed``.
+With hundreds of local subscribers a read costs no Redis call and no per-entry work: the
+window's LogEntries are built once per instance and a read hands out a slice of them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from app.backends.roles import EventReader
 from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult
 
 __all__ = ["RedisReads"]
+
+
+def _retrieve(lookup: asyncio.Future[str | None]) -> None:
+    """Mark a shared lookup's failure as seen (its waiters get it; none may be left)."""
+    if not lookup.cancelled():
+        lookup.exception()
 
 
 class RedisReads(EventReader):
@@ -47,7 +55,7 @@ class RedisReads(EventReader):
         hub = self._i.hub
         keys = self._i.keys(ref)
         with unavailable():
-            reader = await hub.acquire(keys)
+            reader = hub.acquire_nowait(keys) or await hub.acquire(keys)
             try:
                 signal = reader.signal
                 result = await self._read_once(reader, keys, after, limit)
@@ -56,7 +64,8 @@ class RedisReads(EventReader):
                 # One wait, like the memory backend: new entries, a reset (delete) or
                 # wake_readers() (shutdown) end it; the caller loops.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(signal.wait(), wait)
+                    async with asyncio.timeout(wait):  # no task per wait, unlike wait_for
+                        await signal.wait()
                 return await self._read_once(reader, keys, after, limit)
             finally:
                 hub.release(reader)
@@ -65,11 +74,27 @@ class RedisReads(EventReader):
         for reader in list(self._i.hub.readers.values()):
             reader.wake()
 
-    async def _incarnation(self, reader: LogReader, keys: ConversationKeys) -> str | None:
-        if not reader.inc_known:
-            inc = await self._i.redis.hget(keys.meta, "inc")
-            reader.inc = None if inc is None else text(inc)
-            reader.inc_known = True
+    async def _incarnation(
+        self, reader: LogReader, keys: ConversationKeys, *, fresh: bool = False
+    ) -> str | None:
+        """The conversation's incarnation: the reader's, else looked up in Redis.
+
+        Concurrent lookups share one ``HGET`` (hundreds of followers waiting for a conversation
+        to be created all wake when its run starts) unless ``fresh``: an answer that ends a
+        stream (``unknown``) is always from a lookup started after the caller asked.
+        """
+        if reader.inc_known and not fresh:
+            return reader.inc
+        lookup = reader.inc_lookup
+        if fresh or lookup is None or lookup.done():
+            lookup = reader.inc_lookup = asyncio.ensure_future(self._lookup(reader, keys))
+            lookup.add_done_callback(_retrieve)
+        return await asyncio.shield(lookup)
+
+    async def _lookup(self, reader: LogReader, keys: ConversationKeys) -> str | None:
+        inc = await self._i.redis.hget(keys.meta, "inc")
+        reader.inc = None if inc is None else text(inc)
+        reader.inc_known = True
         return reader.inc
 
     async def _read_once(
@@ -85,7 +110,7 @@ class RedisReads(EventReader):
             inc = await self._incarnation(reader, keys)
         if want_inc is not None and want_inc != inc:
             reader.inc_known = False  # maybe re-created since: look again
-            inc = await self._incarnation(reader, keys)
+            inc = await self._incarnation(reader, keys, fresh=True)
             if want_inc != inc:
                 return ReadResult("unknown")
         if inc is None:
@@ -95,10 +120,11 @@ class RedisReads(EventReader):
             if position > parse_id(await self._i.log.last_id(keys)):
                 return ReadResult("unknown")  # not a position of this log
             return ReadResult("ok")  # the reader will get there
-        window = reader.window_after(position)
-        if window is None:
-            got = await self._i.log.read_after(keys, sid, count=limit)
-            if got is None:
-                return ReadResult("trimmed")
-            window = got
-        return ReadResult("ok", [self._i.log_entry(inc, e) for e in window[:limit]])
+        log_entry = self._i.log_entry
+        window = reader.window_view(position, limit, inc, lambda e: log_entry(inc, e))
+        if window is not None:
+            return ReadResult("ok", window)
+        got = await reader.older(sid, limit)
+        if got is None:
+            return ReadResult("trimmed")
+        return ReadResult("ok", [log_entry(inc, e) for e in got])

@@ -142,8 +142,13 @@ class InstrumentedBackend(Backend):
     async def read(
         self, ref: ConversationRef, after: str, *, limit: int, wait: float
     ) -> ReadResult:
-        call = self._inner.read(ref, after, limit=limit, wait=wait)
-        return await self._call("read", call, timed=False)
+        # Not through ``_call``: every follower reads once per delivery (hundreds per append
+        # in a fan-out), and an untimed operation needs only its error count.
+        try:
+            return await self._inner.read(ref, after, limit=limit, wait=wait)
+        except Exception:  # a cancellation is not a backend error
+            self._children("read", False)[0].inc()
+            raise
 
     def wake_readers(self) -> None:
         self._inner.wake_readers()
