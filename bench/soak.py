@@ -597,6 +597,8 @@ class Soak:
             ["stream reconnects", sum(conv.reconnects for conv in self.conversations)],
             ["POST requests / retries", f"{self.tally.posts} / {self.tally.retries}"],
             ["POSTs never answered", self.tally.unanswered],
+            ["runs without a 202, ended lost (instance died mid-POST)",
+             sum(len(conv.unannounced_lost) for conv in self.conversations)],
             ["refused", dict(self.tally.refused) or "-"],
             ["aborts sent", dict(self.tally.aborts) or "-"],
             [f"runs given up on (no terminal in {self.opts.run_timeout:g} s)", self.tally.gave_up],

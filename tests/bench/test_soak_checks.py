@@ -91,3 +91,16 @@ def test_a_terminal_run_the_state_does_not_know_is_found() -> None:
     _full_run(conv, "r1")
     _state(conv)
     assert _categories(conv) == ["state not terminal"]
+
+
+def test_a_run_without_a_202_that_ended_lost_is_counted_apart() -> None:
+    # Its instance accepted it and died before the 202 went out; the survivor ended it.
+    conv = Conversation("c")
+    for sequence, kind in enumerate(["run.started", "run.failed"]):
+        event = _event("orphan", sequence, kind)
+        if kind == "run.failed":
+            event["payload"] = {"error": {"code": "gateway_instance_lost"}}
+        conv.record(event, 2.0)
+    _state(conv, orphan="failed")
+    assert _categories(conv) == []
+    assert conv.unannounced_lost == {"orphan"}
