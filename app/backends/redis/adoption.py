@@ -10,13 +10,11 @@ lease TTL/2) and any claim of the conversation's slot that sees a lapsed ticket.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, cast
 
 import orjson
-from redis.exceptions import RedisError
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.queue import RunQueue
@@ -115,13 +113,3 @@ class Adoption:
                 await self.queue.mark(keys)  # look again once the tickets left could lapse
             else:
                 await self.queue.unindex(keys, now)
-
-    async def sweep_forever(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.sweep()
-            except (RedisError, OSError) as exc:
-                log.debug("queued-run adoption sweep skipped: %s", exc)
-            except Exception:
-                log.exception("queued-run adoption sweep failed")

@@ -47,7 +47,7 @@ from app.backends.redis.reads import RedisReads
 from app.backends.redis.run_signals import RedisRunSignals
 from app.backends.redis.run_slots import RedisRunSlots
 from app.backends.redis.snapshots import RedisSnapshots
-from app.backends.redis.tasks import stop_task
+from app.backends.redis.tasks import every, stop_task
 from app.backends.redis.webhook_outbox import RedisWebhookOutbox
 from app.backends.types import (
     ConversationMeta,
@@ -124,10 +124,11 @@ class RedisBackend(Backend):
         i.limits.start()
         interval = max(0.25, i.lease_ttl_ms / 2000)
         self._sweeper = asyncio.create_task(
-            i.reaper.sweep_forever(interval), name="redis-lost-owners"
+            every(interval, i.reaper.sweep, "lost-owner sweep"), name="redis-lost-owners"
         )
         self._adopter = asyncio.create_task(
-            i.adoption.sweep_forever(interval), name="redis-queue-adoption"
+            every(interval, i.adoption.sweep, "queued-run adoption sweep"),
+            name="redis-queue-adoption",
         )
 
     async def sweep(self) -> None:

@@ -11,14 +11,12 @@ receiver sees one delivery twice).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from app.backends.redis.claims import Ownership, Token
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, Pending
@@ -122,13 +120,3 @@ class Reaper:
                 await self.ownership.unmark(keys)
             elif not alive and not self._owns(tag):
                 await self.reap(keys, token)
-
-    async def sweep_forever(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.sweep()
-            except (RedisError, OSError) as exc:
-                log.debug("lost-owner sweep skipped: %s", exc)
-            except Exception:
-                log.exception("lost-owner sweep failed")
