@@ -242,6 +242,8 @@ class Soak:
                 self.incident(self.tally.transport, inst, f"POST {path}", type(exc).__name__)
                 if conv is not None:
                     conv.requests.append((time.monotonic(), f"{route}→{inst.name} {exc!r}"))
+                    if route == "runs":
+                        conv.unanswered_posts.append(time.monotonic())
             else:
                 if conv is not None:
                     conv.requests.append((time.monotonic(), f"{route}→{inst.name} {_said(answer)}"))
@@ -597,8 +599,8 @@ class Soak:
             ["stream reconnects", sum(conv.reconnects for conv in self.conversations)],
             ["POST requests / retries", f"{self.tally.posts} / {self.tally.retries}"],
             ["POSTs never answered", self.tally.unanswered],
-            ["runs without a 202, ended lost (instance died mid-POST)",
-             sum(len(conv.unannounced_lost) for conv in self.conversations)],
+            ["runs without a 202 (their POST unanswered: instance died), one terminal",
+             sum(len(conv.unannounced) for conv in self.conversations)],
             ["refused", dict(self.tally.refused) or "-"],
             ["aborts sent", dict(self.tally.aborts) or "-"],
             [f"runs given up on (no terminal in {self.opts.run_timeout:g} s)", self.tally.gave_up],

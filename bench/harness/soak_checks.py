@@ -4,9 +4,10 @@ A client records every 202 (the runs it was promised) and every event its SSE st
 (across reconnects). The checks: every accepted run ended with exactly one terminal event in
 the stream and is terminal in ``GET …/state``; per run, the ``sequence`` numbers received are
 0, 1, 2, … (none lost, none repeated); a completed run carried every delta the mock sent; no
-run appeared that no 202 announced, except one ended ``gateway_instance_lost`` (accepted by an
-instance killed before its answer went out: counted apart); a resume was never answered with a
-snapshot.
+run appeared that no 202 announced, except one that ended once after a POST of its conversation
+went unanswered (accepted by an instance killed before its answer went out: ended
+``gateway_instance_lost``, or adopted and run if it was queued; counted apart); a resume was
+never answered with a snapshot.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ __all__ = ["Accepted", "Conversation", "Finding", "RunSeen", "check", "terminal_
 TERMINALS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 LOST = "gateway_instance_lost"
 _ENDED = ("completed", "failed", "cancelled")
+#: A run without a 202 first seen this long after an unanswered POST may be that POST's: the
+#: lease TTL (adoption of a queued run) plus the soak's slack.
+UNANSWERED_SPAN = 30.0
 
 
 @dataclass
@@ -60,8 +64,10 @@ class Conversation:
     def __init__(self, key: str) -> None:
         self.key = key
         self.accepted: dict[str, Accepted] = {}
-        #: Runs without a 202 that ended gateway_instance_lost (their instance died mid-POST).
-        self.unannounced_lost: set[str] = set()
+        #: Runs without a 202 that ended once (their instance died mid-POST).
+        self.unannounced: set[str] = set()
+        #: When a POST …/runs of this conversation got no answer (transport error).
+        self.unanswered_posts: list[float] = []
         self.runs: dict[str, RunSeen] = {}
         self.events = 0
         self.reconnects = 0
@@ -188,10 +194,14 @@ def check(
             )
         if run_id not in conv.accepted:
             kinds = [terminal_kind(t) for t in seen.terminals]
-            if kinds == ["lost"]:
+            unanswered = any(
+                seen.first_at - UNANSWERED_SPAN <= t <= seen.first_at for t in conv.unanswered_posts
+            )
+            if len(kinds) == 1 and (kinds == ["lost"] or unanswered):
                 # Accepted by an instance killed before its 202 went out (the client saw the
-                # POST fail); the survivor ended it like any run of a dead instance.
-                conv.unannounced_lost.add(run_id)
+                # POST fail): the survivor ended it (lost), or adopted it (a queued run) and
+                # ran it. Either way it ended once.
+                conv.unannounced.add(run_id)
                 continue
             add(
                 "run without a 202",

@@ -103,4 +103,15 @@ def test_a_run_without_a_202_that_ended_lost_is_counted_apart() -> None:
         conv.record(event, 2.0)
     _state(conv, orphan="failed")
     assert _categories(conv) == []
-    assert conv.unannounced_lost == {"orphan"}
+    assert conv.unannounced == {"orphan"}
+
+
+def test_a_completed_run_without_a_202_passes_only_after_an_unanswered_post() -> None:
+    # A queued run whose instance died before answering is adopted and completes.
+    conv = Conversation("c")
+    _full_run(conv, "adopted")  # first seen at t=2.0
+    _state(conv, adopted="completed")
+    assert _categories(conv) == ["run without a 202"]  # no POST failed: nobody asked for it
+    conv.unanswered_posts.append(1.0)
+    assert _categories(conv) == []
+    assert conv.unannounced == {"adopted"}
