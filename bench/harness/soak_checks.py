@@ -23,9 +23,10 @@ __all__ = ["Accepted", "Conversation", "Finding", "RunSeen", "check", "terminal_
 TERMINALS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 LOST = "gateway_instance_lost"
 _ENDED = ("completed", "failed", "cancelled")
-#: A run without a 202 first seen this long after an unanswered POST may be that POST's: the
-#: lease TTL (adoption of a queued run) plus the soak's slack.
-UNANSWERED_SPAN = 30.0
+#: A run without a 202 first seen this long after an unanswered POST may be that POST's: a
+#: queued run is adopted after the lease TTL and then waits for the runs ahead of it (answers of
+#: up to 5 s each, other lapsed owners' runs to be reaped; 45 s seen on a loaded machine).
+UNANSWERED_SPAN = 120.0
 
 
 @dataclass
