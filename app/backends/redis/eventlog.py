@@ -6,8 +6,10 @@ build frames without parsing the JSON. The stream id is the log position; the ba
 with the conversation's incarnation into the opaque cursor.
 
 Appends go through :class:`FencedWriter`: concurrent appends of one owner are coalesced into a
-single ``EVALSHA`` (one round trip for the whole batch), and the script rejects the batch with
-``FENCED`` when the writer's token no longer owns the run.
+single ``EVALSHA``, and the script rejects the batch with ``FENCED`` when the writer's token no
+longer owns the run. The ``EVALSHA`` calls of different conversations that are ready together
+share one pipelined round trip (:class:`.script_pipeline.ScriptPipeline`), each with its own
+reply or error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.script_pipeline import ScriptPipeline
 from app.backends.redis.scripts import APPEND
 
 KIND_EVENT = "e"
@@ -127,7 +130,7 @@ class EventLog:
         # cheap); small ones exactly, so retention stays observable.
         keep = max_len + 1
         self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
-        self._append = redis.register_script(APPEND)
+        self._append = ScriptPipeline(redis, redis.register_script(APPEND))
 
     async def append(
         self,
@@ -157,17 +160,9 @@ class EventLog:
             args.extend((item.kind, item.data, item.type, item.run_id))
         args.append(secrets.token_hex(8) if nonce is None else nonce)
         try:
-            res = await self._append(
-                keys=[
-                    keys.run,
-                    keys.log,
-                    keys.lease,
-                    keys.snap,
-                    keys.abort,
-                    keys.cmd,
-                    keys.inflight,
-                ],
-                args=args,
+            res = await self._append.call(
+                [keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd, keys.inflight],
+                args,
             )
         except ResponseError as exc:
             if "FENCED" in str(exc):

@@ -88,7 +88,7 @@ class RedisInstance:
         self.slot_waiters: dict[str, set[asyncio.Event]] = {}
         #: The ``[limits]`` counters, shared by every instance.
         self.limits = RedisLimits(redis, self.prefix, self.lease_ttl_ms)
-        self.bus = ControlBus(redis)
+        self.bus = ControlBus(redis, poll_interval)
         self.states = StateCache(redis, self.log, replica_cache)
         #: The runs this instance owns, by conversation tag.
         self.owned: dict[str, OwnedRun] = {}

@@ -186,3 +186,17 @@ if cjson.decode(stored)['sessionId'] ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
 """
+
+#: KEYS: abort flag, command list of each polled run, in pairs.  -> {flag or '', {commands}}
+#: per pair; the command lists it returns are emptied (each command is handed over once).
+POLL: Final = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local flag = redis.call('GET', KEYS[i])
+  local cmds = redis.call('LRANGE', KEYS[i + 1], 0, -1)
+  if #cmds > 0 then redis.call('DEL', KEYS[i + 1]) end
+  out[#out + 1] = flag or ''
+  out[#out + 1] = cmds
+end
+return out
+"""

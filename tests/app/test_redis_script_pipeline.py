@@ -1,0 +1,108 @@
+"""Appends of different conversations share one pipelined round trip, each with its own reply."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from app.backends.redis.claims import Ownership
+from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, FencedWriter, Pending
+from app.backends.redis.keys import ConversationKeys
+from tests.app.redis_support import private_redis, shared_redis, unique_prefix
+
+
+@pytest.fixture
+async def prefix() -> str:
+    return unique_prefix()
+
+
+@pytest.fixture
+async def redis(prefix: str) -> AsyncIterator[Redis]:
+    async with shared_redis(prefix) as client:
+        yield client
+
+
+def ev(n: int) -> Pending:
+    return Pending(KIND_EVENT, orjson.dumps({"n": n}))
+
+
+def keys_for(prefix: str, key: str) -> ConversationKeys:
+    return ConversationKeys.for_conversation("alice", key, prefix=prefix)
+
+
+async def _logged(log: EventLog, keys: ConversationKeys) -> list[int]:
+    entries = await log.read_after(keys, "0-0")
+    assert entries is not None
+    return [orjson.loads(e.data)["n"] for e in entries]
+
+
+async def test_appends_of_three_conversations_share_one_round_trip_a_fenced_one_fails_alone(
+    redis: Redis, prefix: str
+) -> None:
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=1000)
+    a, b, c = (keys_for(prefix, k) for k in ("a", "b", "c"))
+    tokens = {k.tag: (await own.claim(k, f"run_{i}")).token.raw for i, k in enumerate((a, b, c))}
+    before = log._append.round_trips
+    results = await asyncio.gather(
+        log.append(a, tokens[a.tag], [ev(0), ev(1)]),
+        log.append(b, "1|someone-else|run_x", [ev(10)]),  # not b's owner: FENCED
+        log.append(c, tokens[c.tag], [ev(20)]),
+        return_exceptions=True,
+    )
+    assert log._append.round_trips - before == 1
+    ids_a, fenced_b, ids_c = results
+    assert isinstance(fenced_b, Fenced)
+    assert isinstance(ids_a, list) and len(ids_a) == 2
+    assert isinstance(ids_c, list) and len(ids_c) == 1
+    assert await _logged(log, a) == [0, 1]
+    assert await _logged(log, b) == []
+    assert await _logged(log, c) == [20]
+    # Each call keeps its own ids: they are its conversation's log positions.
+    assert ids_a == [e.id for e in (await log.read_after(a, "0-0") or [])]
+
+
+async def test_writers_of_many_runs_batch_across_conversations_in_order(
+    redis: Redis, prefix: str
+) -> None:
+    """20 runs appending one event at a time each: far fewer round trips than appends, and
+    every conversation's log holds its own events, in order, once."""
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=1000)
+    convs = [keys_for(prefix, f"k{i}") for i in range(20)]
+    writers = [
+        FencedWriter(log, k, (await own.claim(k, f"run_{i}")).token.raw)
+        for i, k in enumerate(convs)
+    ]
+    before = log._append.round_trips
+
+    async def run(writer: FencedWriter) -> None:
+        for n in range(10):
+            await writer.append([ev(n)])
+
+    await asyncio.gather(*(run(w) for w in writers))
+    assert log._append.round_trips - before <= 10 * 2  # not 200
+    for k in convs:
+        assert await _logged(log, k) == list(range(10))
+
+
+async def test_a_redis_without_the_script_gets_it_loaded_and_every_call_answered() -> None:
+    """After a restart (scripts gone), the NOSCRIPT calls are sent again: none lost, none twice."""
+    with private_redis() as server:
+        client = Redis.from_url(server.url)
+        try:
+            prefix = unique_prefix()
+            log = EventLog(client, max_len=1000)
+            convs = [keys_for(prefix, f"k{i}") for i in range(3)]
+            await log.append(convs[0], "", [ev(0)])
+            await client.script_flush()
+            await asyncio.gather(*(log.append(k, "", [ev(1)]) for k in convs))
+            assert await _logged(log, convs[0]) == [0, 1]
+            assert await _logged(log, convs[1]) == [1]
+            assert await _logged(log, convs[2]) == [1]
+        finally:
+            await client.aclose()
