@@ -62,8 +62,20 @@ def _values(write: ConversationWrite, now: float) -> dict[str, Any]:
 
 
 def _upsert(dialect: Any) -> Any:
-    """The guarded UPSERT, built once (executed with one parameter set per write)."""
-    insert = dialect.insert(conversations)
+    """The guarded UPSERT, built once (executed with one parameter set per write). Its row is
+    a ``SELECT`` of the parameters that yields nothing when the incarnation has a tombstone:
+    one statement a write, no separate tombstone read (~16 µs a write at 17 a transaction)."""
+    names = [column.name for column in conversations.columns]
+    row = sa.select(
+        *(sa.bindparam(name, type_=conversations.c[name].type) for name in names)
+    ).where(
+        ~sa.exists().where(
+            _t.principal == sa.bindparam("principal"),
+            _t.conversation_key == sa.bindparam("conversation_key"),
+            _t.session_id == sa.bindparam("session_id"),
+        )
+    )
+    insert = dialect.insert(conversations).from_select(names, row)
     new = insert.excluded
     not_older = sa.or_(
         _c.event_count < new.event_count,
@@ -111,20 +123,8 @@ def _tombstoned(connection: Connection, ref: ConversationRef, sid: str) -> bool:
 def _write(
     connection: Connection, upsert: Any, writes: list[ConversationWrite], now: float
 ) -> None:
-    if not writes:
-        return
-    triples = {(w.ref.principal, w.ref.key, w.session_id) for w in writes}
-    rows = connection.execute(
-        sa.select(_t.principal, _t.conversation_key, _t.session_id).where(
-            sa.tuple_(_t.principal, _t.conversation_key, _t.session_id).in_(list(triples))
-        )
-    )
-    deleted = {tuple(row) for row in rows}
-    params = [
-        _values(w, now) for w in writes if (w.ref.principal, w.ref.key, w.session_id) not in deleted
-    ]
-    if params:
-        connection.execute(upsert, params)
+    if writes:
+        connection.execute(upsert, [_values(w, now) for w in writes])
 
 
 def _delete(connection: Connection, delete: ConversationDelete) -> None:
