@@ -90,6 +90,8 @@ class _Conversation:
 
 
 class MemoryBackend(Backend):
+    appends_in_process = True
+
     def __init__(
         self,
         *,

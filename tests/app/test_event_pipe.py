@@ -28,6 +28,8 @@ REF = ConversationRef("p", "c")
 class GatedBackend(MemoryBackend):
     """A memory backend whose batch writes wait for ``gate`` (a slow Redis round trip)."""
 
+    appends_in_process = False  # its writes suspend: the pipe hands them to its drain task
+
     def __init__(self) -> None:
         super().__init__()
         self.gate = asyncio.Event()
@@ -110,6 +112,42 @@ async def test_put_all_queues_a_read_in_order_and_waits_while_the_buffer_is_full
     await pipe.flush()
     assert backend.batches == [1, 12]
     assert [e.decoded()["sequence"] for e in logged] == list(range(13))
+
+
+class FailingMemoryBackend(MemoryBackend):
+    """An in-process backend whose writes fail (a conversation deleted and created again)."""
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        raise KeyError("deleted and created again")
+
+
+async def test_an_in_process_backend_is_written_inline_in_order_without_a_task() -> None:
+    backend = MemoryBackend()
+    await backend.create_conversation(REF, meta())
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend, max_pending=4)
+    tasks = len(asyncio.all_tasks())
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    assert [e.decoded()["sequence"] for e in logged] == [0]  # logged before put returned
+    await pipe.put_all([LogItem.of_event(event("r1", seq, "x")) for seq in range(1, 11)])
+    assert len(asyncio.all_tasks()) == tasks  # no drain task
+    # More than max_pending in one read: written at once, nothing waits for space.
+    assert [e.decoded()["sequence"] for e in logged] == list(range(11))
+    await pipe.flush()
+    snapshot = await backend.snapshot(REF)
+    assert snapshot is not None and snapshot.cursor == logged[-1].cursor
+
+
+async def test_a_failed_inline_write_is_raised_at_the_next_put_and_by_flush() -> None:
+    backend = FailingMemoryBackend()
+    await backend.create_conversation(REF, meta())
+    pipe = EventPipe(backend, REF, lambda _: None)
+    await pipe.put(LogItem.of_event(event("r1", 0, "x")))  # fails: reported later, like a drain
+    with pytest.raises(KeyError):
+        await pipe.put(LogItem.of_event(event("r1", 1, "x")))
+    with pytest.raises(KeyError):
+        await pipe.flush()
+    await pipe.close()  # does not raise: the error was reported
 
 
 # --- the run's events through execute_run: one hand-over per read, checks kept -------------
