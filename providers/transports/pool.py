@@ -5,32 +5,47 @@ response close) counts the whole pool once per idle connection. The SSE transpor
 ``max_connections`` idle connections for reuse, so with C streams starting or ending together
 each of those 2·C calls cost C², and C = 200 streams took seconds of CPU in one burst: the first
 deltas of every stream waited for it (py-spy: ~18 % of the gateway's CPU in a capacity run).
-:class:`LinearConnectionPool` makes the very same decisions, counting once per call.
+It also asks every idle connection ``has_expired`` (a ``poll`` of its socket) at every call:
+still C² polls per burst (~10 %). :class:`LinearConnectionPool` counts once per call, polls the
+idle connections at most every ``SWEEP_SECONDS``, and always polls the one it hands out: a
+connection the upstream closed (or past its keep-alive) is never reused, as with httpcore.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpcore
 import httpx
 from httpcore import AsyncConnectionInterface
 
-__all__ = ["LinearConnectionPool", "pooled_transport"]
+__all__ = ["SWEEP_SECONDS", "LinearConnectionPool", "pooled_transport"]
+
+#: How often the idle connections are all polled (expired ones closed); well below the 4 s
+#: keep-alive expiry of the SSE transport.
+SWEEP_SECONDS = 0.5
 
 
 class LinearConnectionPool(httpcore.AsyncConnectionPool):
     """httpcore's pool; the same upkeep (closed, expired, surplus idle connections, then the
-    queued requests), with the pool size read once per connection, not counted."""
+    queued requests), with the pool size read once per connection, not counted, and expired
+    connections found by a sweep at most every ``SWEEP_SECONDS`` or when about to be reused."""
+
+    _next_sweep = 0.0
 
     def _assign_requests_to_connections(self) -> list[AsyncConnectionInterface]:
         closing: list[AsyncConnectionInterface] = []
         connections = self._connections
         keep_idle = self._max_keepalive_connections
+        now = time.monotonic()
+        sweep = now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + SWEEP_SECONDS
         for connection in list(connections):
             if connection.is_closed():
                 connections.remove(connection)
-            elif connection.has_expired():
+            elif sweep and connection.has_expired():
                 connections.remove(connection)
                 closing.append(connection)
             # httpcore compares len([c.is_idle() for c in connections]): the pool's size.
@@ -39,10 +54,7 @@ class LinearConnectionPool(httpcore.AsyncConnectionPool):
                 closing.append(connection)
         for pool_request in [request for request in self._requests if request.is_queued()]:
             origin = pool_request.request.url.origin
-            available = next(
-                (c for c in connections if c.can_handle_request(origin) and c.is_available()),
-                None,
-            )
+            available = self._reusable(origin, closing)
             if available is not None:
                 pool_request.assign_to_connection(available)
             elif len(connections) < self._max_connections:
@@ -58,6 +70,26 @@ class LinearConnectionPool(httpcore.AsyncConnectionPool):
                     connections.append(connection)
                     pool_request.assign_to_connection(connection)
         return closing
+
+    def _reusable(
+        self, origin: httpcore.Origin, closing: list[AsyncConnectionInterface]
+    ) -> AsyncConnectionInterface | None:
+        """The first connection that can take a request to ``origin``, polled first when idle
+        (an expired one is closed and the next is tried)."""
+        expired: list[AsyncConnectionInterface] = []
+        found: AsyncConnectionInterface | None = None
+        for connection in self._connections:
+            if not (connection.can_handle_request(origin) and connection.is_available()):
+                continue
+            if connection.is_idle() and connection.has_expired():
+                expired.append(connection)
+                continue
+            found = connection
+            break
+        for connection in expired:
+            self._connections.remove(connection)
+            closing.append(connection)
+        return found
 
 
 def pooled_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:

@@ -57,12 +57,53 @@ def test_the_same_connections_are_kept_and_closed_as_by_httpcore() -> None:
         assert [c.state for c in ours._connections] == [c.state for c in theirs._connections]
 
 
+class FakeRequest:
+    """A request queued in the pool."""
+
+    def __init__(self) -> None:
+        self.request = httpcore.Request("GET", "http://upstream/")
+        self.connection: Any = None
+
+    def is_queued(self) -> bool:
+        return self.connection is None
+
+    def assign_to_connection(self, connection: Any) -> None:
+        self.connection = connection
+
+
+def test_a_connection_that_expired_since_the_last_sweep_is_never_reused() -> None:
+    pool = _pool(LinearConnectionPool, ["idle", "idle", "idle"], keep=10)
+    assert pool._assign_requests_to_connections() == []  # swept: nothing expired yet
+    first, second, third = pool._connections
+    first.state = "expired"  # the upstream closed it; is_idle() is False, like httpcore's
+    first.is_idle = lambda: True  # type: ignore[method-assign]  # still idle on our side
+    first.is_available = lambda: True  # type: ignore[method-assign]
+    request = FakeRequest()
+    pool._requests = [request]
+    closing = pool._assign_requests_to_connections()  # within SWEEP_SECONDS: no full sweep
+    assert closing == [first]
+    assert request.connection is second
+    assert pool._connections == [second, third]
+
+
 def test_upkeep_of_a_large_idle_pool_is_linear() -> None:
     n = 400
     pool = _pool(LinearConnectionPool, ["idle"] * n, keep=n)
     FakeConnection.calls = 0
     assert pool._assign_requests_to_connections() == []
     assert FakeConnection.calls <= 2 * n  # httpcore's own: n * (n + 1) = 160,400
+    expiry_checks = 0
+
+    def has_expired() -> bool:
+        nonlocal expiry_checks
+        expiry_checks += 1
+        return False
+
+    for connection in pool._connections:
+        connection.has_expired = has_expired
+    for _ in range(100):  # a burst of request starts and ends: no socket poll per connection
+        pool._assign_requests_to_connections()
+    assert expiry_checks == 0
 
 
 async def test_the_transport_runs_on_the_linear_pool_and_reuses_connections() -> None:
