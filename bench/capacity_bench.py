@@ -10,7 +10,7 @@ what the minimal normalizer (``bench/harness/baselines.py``, ``POST /normalize``
 requests at once, the request itself is the subscriber) sustains in the same rounds.
 
 Usage: ``.venv/bin/python bench/capacity_bench.py [--cs 25,50,100,200,400] [--rate 50]
-[--deltas 250] [--budget-ms 100] [--rounds 1]``
+[--deltas 250] [--budget-ms 100] [--rounds 1] [--backends memory,redis]``
 """
 
 from __future__ import annotations
@@ -90,12 +90,17 @@ async def step_normalizer(server: procs.Server, c: int, deltas: int, rate: float
 
 
 async def measure(
-    gateways: dict[str, procs.Server], cs: list[int], deltas: int, rate: float, rounds: int
+    gateways: dict[str, procs.Server],
+    cs: list[int],
+    deltas: int,
+    rate: float,
+    rounds: int,
+    backends: tuple[str, ...] = BACKENDS,
 ) -> dict[str, dict[int, list[Step]]]:
     out: dict[str, dict[int, list[Step]]] = {name: {} for name in CONTENDERS}
     for c in cs:
         for _ in range(rounds):
-            for name in BACKENDS:
+            for name in backends:
                 out[name].setdefault(c, []).append(await step(gateways[name], c, deltas, rate))
             normalizer = await step_normalizer(gateways["baseline"], c, deltas, rate)
             out["normalizer"].setdefault(c, []).append(normalizer)
@@ -120,14 +125,18 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=250)
     parser.add_argument("--budget-ms", type=float, default=100.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help="the gateways measured (memory,redis)"
+    )
     args = parser.parse_args()
     cs = [int(c) for c in args.cs.split(",")]
-    with procs.gateways_per_backend(BACKENDS, baseline=True) as (_redis, gateways):
-        out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds))
+    backends = tuple(b for b in args.backends.split(",") if b)
+    with procs.gateways_per_backend(backends, baseline=True) as (_redis, gateways):
+        out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds, backends))
     rows: list[list[object]] = []
     for name in CONTENDERS:
         for c in cs:
-            for s in out[name][c]:
+            for s in out[name].get(c, []):
                 rows.append([name, c, "yes" if s.complete else "NO", s.p50_ms, s.p99_ms, s.cpu_s])
     print(
         table(

@@ -6,7 +6,8 @@ SSE subscribers at ``--delay`` ms), then prints the functions with the most samp
 time (leaf frames) and inclusive. The raw collapsed stacks are kept at ``--out``.
 
 Usage: ``.venv/bin/python bench/profile_gateway.py [--chunks 20000] [--runs 3]
-[--subscribers 0] [--burst 16] [--out /tmp/gateway.folded]``
+[--subscribers 0] [--burst 16] [--capacity 0] [--out /tmp/gateway.folded]``; the capacity
+load: ``--capacity 200 --chunks 150 --delay 20 --runs 1``
 """
 
 from __future__ import annotations
@@ -25,15 +26,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import uvloop
 
+from bench.capacity_bench import step as capacity_step
 from bench.harness import procs
 from bench.harness.client import read_stream
 from bench.harness.flows import gateway_run, gateway_run_body, new_key
 
 
+class _Port:
+    """What ``capacity_step`` needs of a server: its port (CPU is not measured here)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def cpu_seconds(self) -> float:
+        return 0.0
+
+
 async def workload(
-    port: int, chunks: int, runs: int, subscribers: int, delay: float, burst: int | None
+    port: int,
+    chunks: int,
+    runs: int,
+    subscribers: int,
+    delay: float,
+    burst: int | None,
+    capacity: int = 0,
 ) -> None:
     for _ in range(runs):
+        if capacity > 0:
+            # One capacity-bench step: ``capacity`` conversations, one subscriber each.
+            await capacity_step(
+                _Port(port),  # type: ignore[arg-type]
+                capacity,
+                chunks,
+                1000.0 / delay,
+            )
+            continue
         if subscribers <= 0:
             await gateway_run(port, chunks, burst=burst)
             continue
@@ -91,6 +118,13 @@ def main() -> None:
     parser.add_argument(
         "--burst", type=int, default=None, help="upstream events per write (mock default: 64)"
     )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        default=0,
+        help="C > 0: a capacity-bench step (C conversations, one subscriber each, --chunks "
+        "deltas at one per --delay ms)",
+    )
     parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/gateway.folded")
@@ -125,7 +159,15 @@ def main() -> None:
         )
         time.sleep(1.0)
         uvloop.run(
-            workload(gateway.port, args.chunks, args.runs, args.subscribers, args.delay, args.burst)
+            workload(
+                gateway.port,
+                args.chunks,
+                args.runs,
+                args.subscribers,
+                args.delay,
+                args.burst,
+                args.capacity,
+            )
         )
         recorder.send_signal(2)
         recorder.wait(30)

@@ -37,6 +37,10 @@ class DelegatingBackend(Backend):
     def inner(self) -> Backend:
         return self._inner
 
+    @property
+    def appends_in_process(self) -> bool:  # type: ignore[override]
+        return self._inner.appends_in_process
+
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         await self._inner.start()

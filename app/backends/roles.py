@@ -110,6 +110,10 @@ class ConversationStore(Protocol):
 class EventAppender(Protocol):
     """The run owner's writes: each event is reduced into the state and logged in one step."""
 
+    #: ``append_batch`` never suspends (no I/O: the memory backend). The run's writer then
+    #: writes inline instead of handing each upstream read to a task of its own.
+    appends_in_process: bool = False
+
     @abstractmethod
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         """Reduce ``event`` into the state and append it to the log, in one step. Refused

@@ -6,6 +6,13 @@ be stored; whatever accumulates while the previous write is in flight is written
 when ``max_pending`` items wait, the runner waits too, so the upstream is read no faster than
 the backend accepts. A failed write ends the pipe: nothing more is written, and the error is
 raised to the runner at its next ``put`` (and by ``close``).
+
+A backend whose writes never suspend (``appends_in_process``: memory) is written inline, in
+the runner's task, when the previous read came at least ``INLINE_GAP_SECONDS`` before and no
+write is in flight: a slow stream (50 deltas/s, one event per read) then costs no task and no
+task switch per read. Reads that come faster go through the drain task as above, which
+batches them (in-process at full speed, inline writes of each read cost +3-5 µs/event).
+Same order and the same error reporting either way.
 """
 
 from __future__ import annotations
@@ -16,12 +23,16 @@ from collections.abc import Callable
 from app.backends import Backend, ConversationRef, LogEntry
 from app.backends.types import LogItem
 
-__all__ = ["MAX_PENDING", "EventPipe"]
+__all__ = ["INLINE_GAP_SECONDS", "MAX_PENDING", "EventPipe"]
 
 #: Items waiting (not yet handed to the backend) before the runner is made to wait. No more
 #: than a follower takes in one read (``app.streams.follow.BATCH``), so a write never outruns
 #: the local subscribers by more than one read each.
 MAX_PENDING = 256
+
+#: Loop time since the previous read below which a read is batched by the drain task, not
+#: written inline (a stream at 50 deltas/s has 20 ms between reads; one at full speed ~0.03).
+INLINE_GAP_SECONDS = 0.001
 
 OnLogged = Callable[[list[LogEntry]], None]
 
@@ -38,6 +49,8 @@ class EventPipe:
         self._ref = ref
         self._on_logged = on_logged
         self._max = max(1, max_pending)
+        self._inline = backend.appends_in_process
+        self._last_put = float("-inf")
         self._items: list[LogItem] = []
         self._task: asyncio.Task[None] | None = None
         self._space = asyncio.Event()
@@ -53,6 +66,20 @@ class EventPipe:
         while the buffer is full."""
         if self.error is not None:
             raise self.error
+        if self._inline:
+            now = asyncio.get_running_loop().time()
+            inline = self._task is None and now - self._last_put >= INLINE_GAP_SECONDS
+            self._last_put = now
+        else:
+            inline = False
+        if inline:
+            try:
+                entries = await self._backend.append_batch(self._ref, items)
+            except Exception as exc:
+                self.error = exc  # raised at the next put, like a failed drain
+                return
+            self._on_logged(entries)
+            return
         self._items.extend(items)
         if self._task is None:
             self._task = asyncio.create_task(self._drain())

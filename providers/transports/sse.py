@@ -30,6 +30,7 @@ from providers.errors import (
 )
 from providers.signal import AbortSignal
 from providers.transports._abort import Stopper, race_stop
+from providers.transports.pool import pooled_transport
 from providers.transports.request import UpstreamRequest
 
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "SSEParser", "SSETransport"]
@@ -188,7 +189,9 @@ class SSETransport:
                 max_keepalive_connections=self.max_connections,
                 keepalive_expiry=4.0,
             )
-            self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
+            self._client = httpx.AsyncClient(
+                timeout=timeout, limits=limits, transport=pooled_transport(limits)
+            )
         return self._client
 
     async def aclose(self) -> None:

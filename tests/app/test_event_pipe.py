@@ -12,7 +12,7 @@ import pytest
 from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
-from app.runs.event_pipe import EventPipe
+from app.runs.event_pipe import INLINE_GAP_SECONDS, EventPipe
 from app.runs.execute import ActiveRun, RunRequest, execute_run
 from core.events import validate_event
 from core.factory import EventFactory
@@ -27,6 +27,8 @@ REF = ConversationRef("p", "c")
 
 class GatedBackend(MemoryBackend):
     """A memory backend whose batch writes wait for ``gate`` (a slow Redis round trip)."""
+
+    appends_in_process = False  # its writes suspend: the pipe hands them to its drain task
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,6 +112,68 @@ async def test_put_all_queues_a_read_in_order_and_waits_while_the_buffer_is_full
     await pipe.flush()
     assert backend.batches == [1, 12]
     assert [e.decoded()["sequence"] for e in logged] == list(range(13))
+
+
+class RecordingMemoryBackend(MemoryBackend):
+    """An in-process backend that records the size of each batch written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        self.batches.append(len(items))
+        return await super().append_batch(ref, items)
+
+
+class FailingMemoryBackend(MemoryBackend):
+    """An in-process backend whose writes fail (a conversation deleted and created again)."""
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        raise KeyError("deleted and created again")
+
+
+async def test_an_in_process_backend_is_written_inline_when_reads_come_apart() -> None:
+    backend = MemoryBackend()
+    await backend.create_conversation(REF, meta())
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend, max_pending=4)
+    tasks = len(asyncio.all_tasks())
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    assert [e.decoded()["sequence"] for e in logged] == [0]  # logged before put returned
+    await asyncio.sleep(INLINE_GAP_SECONDS * 5)  # a slow stream: the next read comes later
+    await pipe.put_all([LogItem.of_event(event("r1", seq, "x")) for seq in range(1, 11)])
+    assert len(asyncio.all_tasks()) == tasks  # no drain task
+    # More than max_pending in one read: written at once, nothing waits for space.
+    assert [e.decoded()["sequence"] for e in logged] == list(range(11))
+    await pipe.flush()
+    snapshot = await backend.snapshot(REF)
+    assert snapshot is not None and snapshot.cursor == logged[-1].cursor
+
+
+async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task() -> None:
+    backend = RecordingMemoryBackend()
+    await backend.create_conversation(REF, meta())
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend)
+    for seq in range(5):  # no time passes between them: a stream at full speed
+        await pipe.put(LogItem.of_event(event("r1", seq, "run.started" if seq == 0 else "x")))
+    assert backend.batches == [1]  # the first inline, the next four wait for the drain task
+    await pipe.flush()
+    assert backend.batches == [1, 4]
+    assert [e.decoded()["sequence"] for e in logged] == list(range(5))
+
+
+async def test_a_failed_inline_write_is_raised_at_the_next_put_and_by_flush() -> None:
+    backend = FailingMemoryBackend()
+    await backend.create_conversation(REF, meta())
+    pipe = EventPipe(backend, REF, lambda _: None)
+    await pipe.put(LogItem.of_event(event("r1", 0, "x")))  # fails: reported later, like a drain
+    with pytest.raises(KeyError):
+        await pipe.put(LogItem.of_event(event("r1", 1, "x")))
+    with pytest.raises(KeyError):
+        await pipe.flush()
+    await pipe.close()  # does not raise: the error was reported
 
 
 # --- the run's events through execute_run: one hand-over per read, checks kept -------------

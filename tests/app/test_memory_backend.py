@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -83,3 +85,34 @@ async def test_reads_from_any_position_of_a_long_trimmed_log() -> None:
             assert [e.cursor for e in result.entries] == [e.cursor for e in want]
             assert all(a is b for a, b in zip(result.entries, want, strict=True))
     assert (await backend.read(ref, logged[98].cursor, limit=5, wait=0)).status == "trimmed"
+
+
+async def test_waiting_readers_wake_once_per_append_time_out_and_leave_nothing_behind() -> None:
+    """Every reader waiting on a conversation wakes on the next append (several waits in a
+    row, each after the entries it already read); a wait with nothing new ends at ``wait``;
+    a cancelled reader leaves no waiter behind."""
+    backend = MemoryBackend()
+    ref = ConversationRef("alice", "waits")
+    await backend.create_conversation(ref, meta())
+    events = run_events("run_w", 3)
+    head = await backend.head_cursor(ref)
+    for item in events:
+        readers = [
+            asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30)) for _ in range(3)
+        ]
+        await asyncio.sleep(0.01)
+        assert not any(r.done() for r in readers)
+        (entry,) = await backend.append_batch(ref, [LogItem.of_event(item)])
+        results = await asyncio.wait_for(asyncio.gather(*readers), 5)
+        assert [[e.cursor for e in r.entries] for r in results] == [[entry.cursor]] * 3
+        head = entry.cursor
+    started = time.monotonic()
+    result = await backend.read(ref, head, limit=10, wait=0.05)
+    assert result.status == "ok" and result.entries == []
+    assert 0.04 <= time.monotonic() - started < 5
+    cancelled = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert backend._notifiers == {}

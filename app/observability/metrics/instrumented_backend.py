@@ -54,6 +54,10 @@ class InstrumentedBackend(Backend):
     def inner(self) -> Backend:
         return self._inner
 
+    @property
+    def appends_in_process(self) -> bool:  # type: ignore[override]
+        return self._inner.appends_in_process
+
     def _children(self, op: str, timed: bool) -> tuple[Counter, Histogram | None]:
         children = self._ops.get(op)
         if children is None:
