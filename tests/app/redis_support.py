@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 import uvicorn
 from redis.asyncio import Redis
 from starlette.applications import Starlette
@@ -50,6 +51,19 @@ async def shared_redis(prefix: str) -> AsyncIterator[Redis]:
         if keys:
             await client.delete(*keys)
         await client.aclose()
+
+
+@pytest.fixture
+async def prefix() -> str:
+    """A key prefix of this test's own on the shared Redis (import with ``redis``)."""
+    return unique_prefix()
+
+
+@pytest.fixture
+async def redis(prefix: str) -> AsyncIterator[Redis]:
+    """A client of the shared Redis; the test's ``prefix`` keys are deleted afterwards."""
+    async with shared_redis(prefix) as client:
+        yield client
 
 
 class PrivateRedis:

@@ -26,19 +26,10 @@ from app.backends.redis.eventlog import (
 )
 from app.backends.redis.fanout import GAP, ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
-from tests.app.redis_support import shared_redis, unique_prefix
+from tests.app.redis_support import prefix, redis
 from tests.support import eventually, eventually_async
 
-
-@pytest.fixture
-async def prefix() -> str:
-    return unique_prefix()
-
-
-@pytest.fixture
-async def redis(prefix: str) -> AsyncIterator[Redis]:
-    async with shared_redis(prefix) as client:
-        yield client
+__all__ = ["prefix", "redis"]  # fixtures
 
 
 def ev(n: int) -> Pending:

@@ -5,31 +5,20 @@ while Redis was unreachable, and a claim whose answer was lost."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 from redis.asyncio import Redis
 
 from app.backends.redis.adoption import decode_request, encode_request
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.queue import RunQueue
 from app.backends.types import ConversationRef, QueuedRun
-from tests.app.redis_support import shared_redis, unique_prefix
+from tests.app.redis_support import prefix, redis
 
 REF = ConversationRef("alice", "c1")
 TTL_MS = 300  # tickets lapse fast; a test waits past it with LAPSE
 LAPSE = 0.5
 
-
-@pytest.fixture
-async def prefix() -> str:
-    return unique_prefix()
-
-
-@pytest.fixture
-async def redis(prefix: str) -> AsyncIterator[Redis]:
-    async with shared_redis(prefix) as client:
-        yield client
+__all__ = ["prefix", "redis"]  # fixtures
 
 
 def _keys(prefix: str) -> ConversationKeys:

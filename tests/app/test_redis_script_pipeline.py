@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import orjson
-import pytest
 from redis.asyncio import Redis
 
 from app.backends.redis.claims import Ownership
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
-from tests.app.redis_support import private_redis, shared_redis, unique_prefix
+from tests.app.redis_support import prefix, private_redis, redis, unique_prefix
 
-
-@pytest.fixture
-async def prefix() -> str:
-    return unique_prefix()
-
-
-@pytest.fixture
-async def redis(prefix: str) -> AsyncIterator[Redis]:
-    async with shared_redis(prefix) as client:
-        yield client
+__all__ = ["prefix", "redis"]  # fixtures
 
 
 def ev(n: int) -> Pending:
