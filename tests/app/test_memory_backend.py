@@ -65,6 +65,33 @@ async def test_lru_evicts_least_recently_used_idle_conversation() -> None:
     assert await backend.get_meta(c) is not None
 
 
+async def test_the_per_principal_cap_and_listing_follow_creates_deletes_and_evictions() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(max_conversations=3, conversation_ttl_seconds=10, clock=clock)
+    mine = [ConversationRef("me", key) for key in ("a", "b")]
+    theirs = ConversationRef("other", "x")
+    for ref in (*mine, theirs):
+        await backend.create_conversation(ref, meta())
+    assert not await backend.reserve_conversation(ConversationRef("me", "new"), 2)
+    assert await backend.reserve_conversation(mine[0], 2)  # an existing one is always admitted
+    assert await backend.reserve_conversation(ConversationRef("other", "y"), 2)
+    assert sorted(key for key, _ in await backend.list_conversations("me")) == ["a", "b"]
+
+    assert await backend.delete(mine[0])
+    assert await backend.reserve_conversation(ConversationRef("me", "new"), 2)
+    assert [key for key, _ in await backend.list_conversations("me")] == ["b"]
+
+    clock.now = 5
+    await backend.create_conversation(ConversationRef("other", "y"), meta())
+    await backend.create_conversation(ConversationRef("other", "z"), meta())  # evicts me/b (LRU)
+    assert await backend.list_conversations("me") == []
+    assert await backend.reserve_conversation(ConversationRef("me", "c"), 1)
+    clock.now = 20
+    backend.sweep()  # the idle TTL drops the rest
+    assert await backend.list_conversations("other") == []
+    assert await backend.reserve_conversation(ConversationRef("other", "w"), 1)
+
+
 async def test_reads_from_any_position_of_a_long_trimmed_log() -> None:
     """Reads slice the deque from its nearer end: every start and limit gives the same entries
     as indexing the log, in order (the trimmed head excepted)."""
