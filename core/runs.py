@@ -9,11 +9,13 @@ from typing import Final, Literal, get_args
 
 __all__ = [
     "ABORT_REASONS",
+    "QUEUED_CANCEL_REASONS",
     "RUN_OUTCOMES",
     "RUN_TERMINAL_TYPES",
     "RUN_TERMINAL_TYPE_LIST",
     "TITLE_MAX_CHARS",
     "AbortReason",
+    "QueuedCancelReason",
     "RunOutcome",
     "RunTerminalType",
 ]
@@ -31,6 +33,10 @@ RUN_OUTCOMES: Final[frozenset[str]] = frozenset(get_args(RunOutcome))
 #: Why a run was aborted: a user abort, a multitask ``interrupt``, or the gateway shutting down.
 AbortReason = Literal["aborted", "interrupted", "shutdown"]
 ABORT_REASONS: Final[frozenset[str]] = frozenset(get_args(AbortReason))
+
+#: Why a queued run was cancelled before it started: an abort naming it, or a later interrupt.
+QueuedCancelReason = Literal["aborted", "interrupted"]
+QUEUED_CANCEL_REASONS: Final[frozenset[str]] = frozenset(get_args(QueuedCancelReason))
 
 #: A session title is the first prompt's text cut to this many characters.
 TITLE_MAX_CHARS: Final = 80

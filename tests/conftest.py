@@ -9,7 +9,7 @@ behind a load balancer). A test that holds only on one backend says so:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack
 
 import pytest
@@ -18,11 +18,12 @@ from app.backends import Backend
 from app.config import Settings
 from providers.contract import AgentProvider
 from tests.app.gateway_server import (
+    LAUNCH_GUARD,
     RunningGateway,
     StartGateway,
-    launch,
     make_settings,
     redis_backend_for,
+    start_server,
 )
 from tests.app.redis_support import shared_redis, unique_prefix
 
@@ -36,6 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group("slow"))
+        only = item.get_closest_marker("only_backend")
+        if only is not None:
+            assert only.kwargs.get("reason"), f"{item.nodeid}: only_backend(...) needs reason=..."
+            assert only.args and set(only.args) <= set(BACKENDS), f"{item.nodeid}: {only.args}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -48,6 +53,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         assert kinds and set(kinds) <= set(BACKENDS), f"only_backend{kinds}: unknown backend"
         assert marker.kwargs.get("reason"), "only_backend(...) needs reason=..."
     metafunc.parametrize("backend_kind", kinds, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _gateways_on_every_backend(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that starts a gateway without ``start_gateway`` fails, unless it is marked
+    ``only_backend`` with its reason: a new gateway test cannot silently skip Redis."""
+    LAUNCH_GUARD.armed = request.node.get_closest_marker("only_backend") is None
+    yield
+    LAUNCH_GUARD.armed = False
 
 
 @pytest.fixture
@@ -80,7 +94,7 @@ async def start_gateway(
             assert marked_only, "a test that picks its backend needs @pytest.mark.only_backend"
         elif backend_kind == "redis":
             backend = redis_backend_for(settings, prefix, f"{prefix}-gw{len(running)}")
-        gateway = await launch(settings, providers=providers, sndbuf=sndbuf, backend=backend)
+        gateway = await start_server(settings, providers=providers, sndbuf=sndbuf, backend=backend)
         running.append(gateway)
         return gateway
 

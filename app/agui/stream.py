@@ -24,6 +24,7 @@ from app.agui.tracker import RunTracker
 from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.runs.execute import CommandQueue
+from core.runs import RUN_TERMINAL_TYPES
 
 __all__ = ["AguiStream", "agui_response"]
 
@@ -34,7 +35,6 @@ POLL_SECONDS = 0.2
 #: When the run is owned by another instance, the run must look like it waits on the client
 #: for this long (nothing logged) before the request's stream ends.
 QUIET_SECONDS = 0.5
-_TERMINALS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 
 class AguiStream:
@@ -75,7 +75,7 @@ class AguiStream:
         run_id = value.get("runId")
         if entry.event_type == "run.started":
             self._current = run_id
-        elif entry.event_type in _TERMINALS and run_id == self._current:
+        elif entry.event_type in RUN_TERMINAL_TYPES and run_id == self._current:
             self._current = None
         if run_id != self.run_id:
             return []  # an earlier run's end (interrupt, enqueue): not this request's

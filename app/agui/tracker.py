@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.agui.encoder import WaitingOn
+from core.runs import RUN_TERMINAL_TYPES
 
 __all__ = ["RunTracker"]
 
@@ -66,7 +67,7 @@ class RunTracker:
 
     def observe(self, event: dict[str, Any]) -> None:
         kind_name = str(event.get("type"))
-        if kind_name in ("run.completed", "run.failed", "run.cancelled"):
+        if kind_name in RUN_TERMINAL_TYPES:
             self.ended = True
             return
         kind, _, verb = kind_name.partition(".")

@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from core.runs import RUN_TERMINAL_TYPES, AbortReason
+from core.runs import RUN_TERMINAL_TYPES, AbortReason, QueuedCancelReason
 from providers.contract import Command
 
 __all__ = [
@@ -240,7 +240,7 @@ class QueuedRun:
     provider: str
     emit_user_message: bool = True
     #: Cancelled before it started: it logs its cancellation in its turn.
-    cancelled: Literal["aborted", "interrupted"] | None = None
+    cancelled: QueuedCancelReason | None = None
 
 
 #: Told of queued runs this instance adopted from a dead one, with the conversation's queue

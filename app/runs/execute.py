@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from app.api.errors import ApiError
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
@@ -26,7 +26,7 @@ from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import EventPipe
 from app.runs.limits import cap_artifact
 from app.runs.retry import until_available
-from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason
+from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason, QueuedCancelReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
 from providers.runner import run_agent_provider
@@ -59,7 +59,7 @@ class RunRequest:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
     #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
-    cancelled: Literal["aborted", "interrupted"] | None = None
+    cancelled: QueuedCancelReason | None = None
 
     async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
         """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.

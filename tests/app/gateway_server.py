@@ -27,7 +27,15 @@ from app.server import GatewayServer
 from providers.contract import AgentProvider
 from tests.app.redis_support import SHARED_REDIS_URL
 
-__all__ = ["RunningGateway", "StartGateway", "launch", "make_settings", "redis_backend_for"]
+__all__ = [
+    "LAUNCH_GUARD",
+    "RunningGateway",
+    "StartGateway",
+    "launch",
+    "make_settings",
+    "redis_backend_for",
+    "start_server",
+]
 
 
 def make_settings(**sections: Mapping[str, Any]) -> Settings:
@@ -82,6 +90,18 @@ class RunningGateway:
             await asyncio.wait_for(self.task, 30)
 
 
+class LaunchGuard:
+    """Keeps every gateway test on every backend: under pytest, a test starts its gateways with
+    the ``start_gateway`` fixture (memory and Redis), or says why it holds on one backend with
+    ``@pytest.mark.only_backend(..., reason=...)``. ``tests/conftest.py`` arms it for each test
+    that has no such marker; outside pytest (the benchmarks) it stays disarmed."""
+
+    armed: bool = False
+
+
+LAUNCH_GUARD = LaunchGuard()
+
+
 async def launch(
     settings: Settings | None = None,
     *,
@@ -89,6 +109,22 @@ async def launch(
     sndbuf: int | None = None,
     backend: Backend | None = None,
 ) -> RunningGateway:
+    """A gateway started directly, on the backend the settings (or ``backend``) name."""
+    assert not LAUNCH_GUARD.armed, (
+        "start gateways with the start_gateway fixture (it runs the test on memory and Redis),"
+        " or mark the test @pytest.mark.only_backend(..., reason=...)"
+    )
+    return await start_server(settings, providers=providers, sndbuf=sndbuf, backend=backend)
+
+
+async def start_server(
+    settings: Settings | None = None,
+    *,
+    providers: Mapping[str, AgentProvider] | None = None,
+    sndbuf: int | None = None,
+    backend: Backend | None = None,
+) -> RunningGateway:
+    """uvicorn serving ``create_app(...)`` on a free loopback port, in this event loop."""
     app = create_app(settings or make_settings(), providers=providers, backend=backend)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -21,6 +21,7 @@ from providers.contract import AGENT_EVENT_PROTOCOL, Capabilities, RunOptions
 from providers.signal import AbortSignal
 from tests.app.backend_contract import event, meta
 from tests.app.gateway_server import make_settings
+from tests.support import eventually
 
 REF = ConversationRef("p", "c")
 
@@ -42,6 +43,11 @@ class GatedBackend(MemoryBackend):
         if self.fail is not None:
             raise self.fail
         return await super().append_batch(ref, items)
+
+
+def waits_for_space(pipe: EventPipe) -> bool:
+    """A producer waits in ``put`` until the write in flight frees the buffer."""
+    return not pipe._space.is_set()
 
 
 async def _backend() -> GatedBackend:
@@ -74,7 +80,7 @@ async def test_a_full_buffer_makes_the_producer_wait_for_the_write() -> None:
     for seq in range(4, 7):
         await pipe.put(LogItem.of_event(event("r1", seq, "x")))
     blocked = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 7, "x"))))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: waits_for_space(pipe), what="the producer waits for space")
     assert not blocked.done()  # 4 wait while a write is in flight: the producer waits
     backend.gate.set()
     await asyncio.wait_for(blocked, 5)
@@ -105,7 +111,7 @@ async def test_put_all_queues_a_read_in_order_and_waits_while_the_buffer_is_full
     await asyncio.sleep(0)  # the first write (gated) takes it
     read = [LogItem.of_event(event("r1", seq, "x")) for seq in range(1, 13)]
     blocked = asyncio.ensure_future(pipe.put_all(read))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: waits_for_space(pipe), what="the producer waits for space")
     assert not blocked.done()  # 12 >= 8 wait while a write is in flight
     backend.gate.set()
     await asyncio.wait_for(blocked, 5)

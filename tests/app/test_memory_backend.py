@@ -17,6 +17,7 @@ from tests.app.backend_contract import (
     meta,
     run_events,
 )
+from tests.support import eventually
 
 
 class TestMemoryBackendContract(BackendContract):
@@ -114,6 +115,12 @@ async def test_reads_from_any_position_of_a_long_trimmed_log() -> None:
     assert (await backend.read(ref, logged[98].cursor, limit=5, wait=0)).status == "trimmed"
 
 
+def waiters(backend: MemoryBackend, ref: ConversationRef) -> int:
+    """How many reads wait on ``ref``'s next append."""
+    notifier = backend._notifiers.get(ref)
+    return 0 if notifier is None else len(notifier.waiters)
+
+
 async def test_waiting_readers_wake_once_per_append_time_out_and_leave_nothing_behind() -> None:
     """Every reader waiting on a conversation wakes on the next append (several waits in a
     row, each after the entries it already read); a wait with nothing new ends at ``wait``;
@@ -127,7 +134,7 @@ async def test_waiting_readers_wake_once_per_append_time_out_and_leave_nothing_b
         readers = [
             asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30)) for _ in range(3)
         ]
-        await asyncio.sleep(0.01)
+        await eventually(lambda: waiters(backend, ref) == 3, what="the three readers wait")
         assert not any(r.done() for r in readers)
         (entry,) = await backend.append_batch(ref, [LogItem.of_event(item)])
         results = await asyncio.wait_for(asyncio.gather(*readers), 5)
@@ -138,7 +145,7 @@ async def test_waiting_readers_wake_once_per_append_time_out_and_leave_nothing_b
     assert result.status == "ok" and result.entries == []
     assert 0.04 <= time.monotonic() - started < 5
     cancelled = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: waiters(backend, ref) == 1, what="the reader waits")
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled

@@ -18,7 +18,7 @@ from app.backends.webhook_outbox import OutboxEntry
 from app.observability.webhooks import DELIVERY_HEADER, verify_signature
 from tests.app.helpers import start_run, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
-from tests.app.test_webhooks import Receiver, serve_receiver
+from tests.app.webhook_support import Receiver, serve_receiver
 from tests.support import eventually, eventually_async
 
 

@@ -316,8 +316,17 @@ async def test_shutdown_lets_a_run_finish_within_the_grace(start_gateway: StartG
     assert events_of(frames)[-1]["type"] == "run.completed"
 
 
-async def test_send_within_times_out_a_blocked_send_only() -> None:
+async def test_send_within_times_out_a_blocked_send_only(monkeypatch: pytest.MonkeyPatch) -> None:
     release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []
+    call_later = loop.call_later
+
+    def recorded(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        timers.append(call_later(delay, callback, *args))
+        return timers[-1]
+
+    monkeypatch.setattr(loop, "call_later", recorded)
 
     async def blocked() -> None:
         await release.wait()
@@ -329,7 +338,7 @@ async def test_send_within_times_out_a_blocked_send_only() -> None:
     # A send that completes in time returns normally; no timer is left to fire later.
     release.set()
     await _send_within(blocked(), 0.2)
-    await asyncio.sleep(0.3)
+    assert len(timers) == 2 and timers[-1].cancelled()
     # A cancellation from outside stays a cancellation.
     task = asyncio.ensure_future(_send_within(asyncio.sleep(3600), 30))
     await asyncio.sleep(0)

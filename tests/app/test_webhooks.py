@@ -7,18 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from app.api.webhooks_doc import WebhookPayload
 from app.cli.gateway import openapi_document
@@ -34,47 +27,10 @@ from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import collect_sse, start_run, terminal, wait_state
 from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
 from tests.app.scripted_provider import ScriptedProvider
-from tests.loopback_asgi import serve_asgi
+from tests.app.webhook_support import Receiver, serve_receiver
 from tests.support import eventually, eventually_async
 
 SECRET = "whsec-loopback-test"
-
-
-@dataclass
-class Receiver:
-    """Records every POST; fails the first ``fail_first`` with 500; answers after ``delay`` s."""
-
-    fail_first: int = 0
-    delay: float = 0.0
-    url: str = ""
-    attempts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-    acknowledged: list[dict[str, Any]] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def handle(self, request: Request) -> Response:
-        body = await request.body()
-        self.attempts.append((dict(request.headers), body))
-        self.arrived.set()
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if len(self.attempts) <= self.fail_first:
-            return Response(status_code=500)
-        self.acknowledged.append(orjson.loads(body))
-        return Response(status_code=204)
-
-    async def wait_acknowledged(self, count: int, within: float = 10.0) -> None:
-        deadline = time.monotonic() + within
-        while len(self.acknowledged) < count:
-            assert time.monotonic() < deadline, f"only {len(self.acknowledged)} acknowledged"
-            await asyncio.sleep(0.02)
-
-
-@asynccontextmanager
-async def serve_receiver(receiver: Receiver) -> AsyncIterator[Receiver]:
-    app = Starlette(routes=[Route("/hook", receiver.handle, methods=["POST"])])
-    async with serve_asgi(app) as port:
-        receiver.url = f"http://127.0.0.1:{port}/hook"
-        yield receiver
 
 
 async def gateway_for(

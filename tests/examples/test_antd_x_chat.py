@@ -25,7 +25,18 @@ STREAMING = """() => {
         && last.querySelector('[data-testid=assistant-text]').textContent.length > 0;
 }"""
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.only_backend(
+        "memory",
+        reason=(
+            "a browser end-to-end test of the page itself; the routes it calls run on both"
+            " backends in tests/app and tests/clients/js, and Redis would double its minutes"
+            " of browser time"
+        ),
+    ),
+]
 
 
 @pytest.fixture

@@ -7,7 +7,17 @@ from playwright.async_api import Browser, Page, expect
 
 from tests.app.gateway_server import launch, make_settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.only_backend(
+        "memory",
+        reason=(
+            "a browser end-to-end test of the page itself; the routes it calls run on both"
+            " backends in tests/app and tests/clients/js, and Redis would double its minutes"
+            " of browser time"
+        ),
+    ),
+]
 
 HEADER_ON_ONE_LINE = """() => {
     const items = [...document.querySelectorAll('.bar h1, .bar label, .bar .badge, .bar button')];

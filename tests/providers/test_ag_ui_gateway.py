@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.app.gateway_server import launch, make_settings
+from tests.app.gateway_server import StartGateway, make_settings
 from tests.providers.mock_upstreams import agui_run, anthropic_frames, openai_frames, serve_mock
 
 
@@ -36,11 +36,13 @@ def waiting_tool(state: dict[str, Any]) -> bool:
     return any(t["status"] == "running" for t in state["agentState"]["toolCalls"].values())
 
 
-async def two_turns(kind: str, responses: list[Any], **extra: Any) -> tuple[Any, dict[str, Any]]:
+async def two_turns(
+    start_gateway: StartGateway, kind: str, responses: list[Any], **extra: Any
+) -> tuple[Any, dict[str, Any]]:
     async with serve_mock(responses) as mock:
         provider = {"kind": kind, "url": mock.url, "model": "mock", **extra}
         settings = make_settings(gateway={"default_provider": "llm"}, providers={"llm": provider})
-        gateway = await launch(settings)
+        gateway = await start_gateway(settings)
         try:
             async with gateway.client() as client:
                 for prompt in ("Hello", "Again"):
@@ -58,9 +60,9 @@ def contents(state: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return [(m["message"]["role"], m["message"]["content"], m["status"]) for m in state["messages"]]
 
 
-async def test_openai_chat_behind_the_gateway() -> None:
+async def test_openai_chat_behind_the_gateway(start_gateway: StartGateway) -> None:
     mock, state = await two_turns(
-        "openai-chat", [openai_frames(text="Hi!"), openai_frames(text="Hi again!")]
+        start_gateway, "openai-chat", [openai_frames(text="Hi!"), openai_frames(text="Hi again!")]
     )
     assert contents(state) == [
         ("user", "Hello", "local"),
@@ -75,33 +77,41 @@ async def test_openai_chat_behind_the_gateway() -> None:
     ]
 
 
-async def test_anthropic_transcript_persists_between_runs() -> None:
+async def test_anthropic_transcript_persists_between_runs(start_gateway: StartGateway) -> None:
     responses = [
         anthropic_frames(thinking="hmm", signature="sig-9", text="Hi!"),
         anthropic_frames(text="Again!"),
     ]
-    mock, state = await two_turns("anthropic-messages", responses, headers={"x-api-key": "secret"})
+    mock, state = await two_turns(
+        start_gateway, "anthropic-messages", responses, headers={"x-api-key": "secret"}
+    )
     assert mock.headers[0]["x-api-key"] == "secret"
     assistant = mock.requests[1]["messages"][1]
     assert assistant["content"][0] == {"type": "thinking", "thinking": "hmm", "signature": "sig-9"}
     assert "secret" not in str(state)
 
 
-async def test_agui_state_extension_and_thread_behind_the_gateway() -> None:
+async def test_agui_state_extension_and_thread_behind_the_gateway(
+    start_gateway: StartGateway,
+) -> None:
     def first(body: dict[str, Any]) -> list[str]:
         frames = agui_run(body, text="Hi!")
         patch = 'data: {"type":"STATE_SNAPSHOT","snapshot":{"n":1}}\n\n'
         delta = 'data: {"type":"STATE_DELTA","delta":[{"op":"replace","path":"/n","value":2}]}\n\n'
         return [frames[0], patch, delta, *frames[1:]]
 
-    mock, state = await two_turns("ag-ui", [first, lambda body: agui_run(body, text="Again!")])
+    mock, state = await two_turns(
+        start_gateway, "ag-ui", [first, lambda body: agui_run(body, text="Again!")]
+    )
     assert state["extensions"]["agui.state"] == {"n": 2}
     one, two = mock.requests
     assert one["threadId"] == two["threadId"]
     assert two["state"] == {"n": 2}
 
 
-async def test_tool_result_through_http_continues_the_same_run() -> None:
+async def test_tool_result_through_http_continues_the_same_run(
+    start_gateway: StartGateway,
+) -> None:
     tool = {"name": "get_weather", "description": "w", "parameters": {"type": "object"}}
     responses = [
         openai_frames(tool_calls=[("call_1", "get_weather", '{"city":"Oslo"}')]),
@@ -112,7 +122,7 @@ async def test_tool_result_through_http_continues_the_same_run() -> None:
             gateway={"default_provider": "llm"},
             providers={"llm": {"kind": "openai-chat", "url": mock.url}},
         )
-        gateway = await launch(settings)
+        gateway = await start_gateway(settings)
         try:
             async with gateway.client() as client:
                 answer = await client.post(

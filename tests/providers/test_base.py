@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from providers.context import RunContext
-from providers.contract import Command
+from providers.contract import AgentEvent, Command
 from providers.errors import UpstreamDropped, UpstreamMalformedChunk
 from providers.testing import assert_provider_contract, make_options, run_collect
 from providers.transports import IterableTransport
@@ -208,18 +208,26 @@ async def test_approval_expires_at_sends_internal_expire() -> None:
 async def test_abort_while_waiting_cancels() -> None:
     options = make_options()
     provider = ScriptProvider()
+    requested = asyncio.Event()
 
-    async def abort_soon() -> None:
-        await asyncio.sleep(0.05)
+    def observe(events: list[AgentEvent]) -> bool:
+        if events[-1]["type"] == "tool.requested":
+            requested.set()
+        return False
+
+    async def abort_once_waiting() -> None:
+        # Woken after the provider's task yielded past tool.requested: it waits on the app.
+        await requested.wait()
         options.signal.abort("interrupted")
 
-    task = asyncio.create_task(abort_soon())
+    task = asyncio.create_task(abort_once_waiting())
     events = await assert_provider_contract(
         provider,
         ("open_message", "m"),
         ("kw", "request_tool", ("c", "lookup", "{}"), {"executor": "app"}),
         input={},
         options=options,
+        abort_when=observe,
     )
     await task
     assert types(events)[-2:] == ["tool.cancelled", "run.cancelled"]

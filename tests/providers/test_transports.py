@@ -75,13 +75,15 @@ async def test_iterable_transport_abort_wakes_a_blocked_source() -> None:
 
     transport = IterableTransport(source())
     seen: list[int] = []
+    first = asyncio.Event()
 
     async def consume() -> None:
         async for chunk in transport.open(None, signal):
             seen.append(chunk)
+            first.set()
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.02)
+    await asyncio.wait_for(first.wait(), 5)  # the source now blocks before its second chunk
     signal.abort("shutdown")
     with pytest.raises(AbortError) as caught:
         await asyncio.wait_for(task, 2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import orjson
 
@@ -20,6 +20,7 @@ from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.queue import RunQueue
 from app.backends.redis.tickets import TicketKeeper
 from app.backends.types import ConversationRef, QueuedRun, RunAdopter
+from core.runs import QUEUED_CANCEL_REASONS, QueuedCancelReason
 
 __all__ = ["Adoption", "decode_request", "encode_request"]
 
@@ -42,9 +43,9 @@ def encode_request(ref: ConversationRef, run: QueuedRun) -> bytes:
 
 def decode_request(raw: bytes, cancelled: str = "") -> tuple[ConversationRef, QueuedRun]:
     data: dict[str, Any] = orjson.loads(raw)
-    reason: Literal["aborted", "interrupted"] | None = None
-    if cancelled in ("aborted", "interrupted"):
-        reason = cast(Literal["aborted", "interrupted"], cancelled)
+    reason: QueuedCancelReason | None = None
+    if cancelled in QUEUED_CANCEL_REASONS:
+        reason = cast(QueuedCancelReason, cancelled)
     run = QueuedRun(
         data["runId"], data["input"], data["provider"], bool(data["emitUserMessage"]), reason
     )

@@ -22,6 +22,8 @@ import httpx
 import orjson
 from httpx_sse import aconnect_sse
 
+from app.archive.records import ConversationWrite
+from app.backends import ConversationMeta, ConversationRef
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -328,3 +330,28 @@ async def run_turn(client: httpx.AsyncClient, key: str, prompt: str) -> list[dic
 
 def without_cursor(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in snapshot.items() if key != "cursor"}
+
+
+#: The conversation :func:`write` archives.
+ARCHIVED_REF = ConversationRef("alice", "k")
+
+
+def write(
+    events: int, updated_at: float, *, session: str = "ses_1", created_at: float = 1.0
+) -> ConversationWrite:
+    state = {"processedEventIds": {f"e{n}": True for n in range(events)}}
+    meta = ConversationMeta(session, created_at, updated_at)
+    return ConversationWrite(
+        ref=ARCHIVED_REF,
+        session_id=session,
+        title=f"after {events} events at {updated_at}",
+        created_at=created_at,
+        updated_at=updated_at,
+        last_run_id=f"run{events}",
+        last_run_status="completed",
+        meta_json=orjson.dumps(meta.to_dict()).decode(),
+        state_json=orjson.dumps(state).decode(),
+        extensions_json="{}",
+        cursor=f"c{events}",
+        event_count=events,
+    )

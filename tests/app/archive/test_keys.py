@@ -19,11 +19,9 @@ from app.backends import Backend, ConversationMeta, ConversationRef
 from app.backends.delegating import DelegatingBackend
 from app.backends.memory import MemoryBackend
 from app.config import ArchiveSection
-from tests.app.archive.support import Database
-from tests.app.archive.test_store import write
+from tests.app.archive.support import ARCHIVED_REF as ARCHIVED
+from tests.app.archive.support import Database, write
 from tests.support import eventually
-
-ARCHIVED = ConversationRef("alice", "k")  # the ref test_store.write archives
 
 
 class SharedBackend(DelegatingBackend):

@@ -6,18 +6,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 
-import orjson
 import pytest
 
 from app.archive.engine import create_engine
 from app.archive.migrate import migrate
-from app.archive.records import ConversationDelete, ConversationWrite
+from app.archive.records import ConversationDelete
 from app.archive.store import ArchiveStore
 from app.archive.url import database_url
-from app.backends import ConversationMeta, ConversationRef
-from tests.app.archive.support import Database
-
-REF = ConversationRef("alice", "k")
+from app.backends import ConversationRef
+from tests.app.archive.support import ARCHIVED_REF as REF
+from tests.app.archive.support import Database, write
 
 
 @pytest.fixture
@@ -26,27 +24,6 @@ async def store(database: Database) -> AsyncIterator[ArchiveStore]:
     await migrate(engine)
     yield ArchiveStore(engine)
     await engine.dispose()
-
-
-def write(
-    events: int, updated_at: float, *, session: str = "ses_1", created_at: float = 1.0
-) -> ConversationWrite:
-    state = {"processedEventIds": {f"e{n}": True for n in range(events)}}
-    meta = ConversationMeta(session, created_at, updated_at)
-    return ConversationWrite(
-        ref=REF,
-        session_id=session,
-        title=f"after {events} events at {updated_at}",
-        created_at=created_at,
-        updated_at=updated_at,
-        last_run_id=f"run{events}",
-        last_run_status="completed",
-        meta_json=orjson.dumps(meta.to_dict()).decode(),
-        state_json=orjson.dumps(state).decode(),
-        extensions_json="{}",
-        cursor=f"c{events}",
-        event_count=events,
-    )
 
 
 async def title(store: ArchiveStore) -> str | None:
