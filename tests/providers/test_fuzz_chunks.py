@@ -59,6 +59,9 @@ RECORDINGS: dict[str, list[str]] = {
         "openai-responses/openai-phase.1.chunks.txt",
         "openai-responses/openai-node-ResponseStream.reasoning.sse",
         "openai-responses/openai-error.1.chunks.txt",
+        "openai-responses/openai-client-tool-search.2.chunks.txt",
+        "openai-responses/openai-shell-local-multiturn.1.chunks.txt",
+        "openai-responses/openai-node-ResponseStream.standard-text.sse",
     ],
     "anthropic-messages": [
         "anthropic/anthropic-text.chunks.txt",

@@ -236,14 +236,16 @@ async def test_done_events_supply_text_the_deltas_did_not_carry() -> None:
     assert assistant_texts(events) == ["Hello world"]
 
 
-async def test_refusal_is_content_with_meta_refusal() -> None:
+@pytest.mark.parametrize("part_added", [True, False])  # servers that skip content_part.added
+async def test_refusal_is_content_with_meta_refusal(part_added: bool) -> None:
     message = {"type": "message", "id": "m", "role": "assistant", "content": []}
     part = {"type": "refusal", "refusal": ""}
+    added_part = event("response.content_part.added", output_index=0, content_index=0, part=part)
     events = await play(
         [
             created(),
             added(0, **message),
-            event("response.content_part.added", output_index=0, content_index=0, part=part),
+            *([added_part] if part_added else []),
             event("response.refusal.delta", output_index=0, content_index=0, delta="I can't."),
             event("response.refusal.done", output_index=0, content_index=0, refusal="I can't."),
             done(0, **message),

@@ -2,14 +2,17 @@
 and the Redis backend, talking to a loopback mock upstream: a function call's result sent over
 HTTP continues the same run, and the next run's request carries the first one whole, encrypted
 reasoning included, from the transcript the backend persisted; the encrypted reasoning appears
-in no state or event the gateway serves."""
+in no state or event the gateway serves, and in no log record (the upstream requests' own
+debug logs included)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 from httpx_sse import aconnect_sse
 
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
@@ -37,8 +40,9 @@ async def finished(client: httpx.AsyncClient, key: str, run_id: str) -> dict[str
 
 
 async def test_tool_result_over_http_and_the_next_run_carries_the_first(
-    start_gateway: StartGateway,
+    start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     responses = [
         responses_frames(
             reasoning="Check the weather.",
@@ -101,3 +105,7 @@ async def test_tool_result_over_http_and_the_next_run_carries_the_first(
     assert "You are welcome." in state
     assert "Check the weather." in served  # the reasoning text is served …
     assert ENCRYPTED not in state and ENCRYPTED not in served  # … its encrypted state is not
+    # the capture saw the upstream requests (the one carrying the encrypted state among them)
+    posts = [r for r in caplog.records if r.name == "httpx" and mock.url in r.getMessage()]
+    assert len(posts) == 3
+    assert ENCRYPTED not in caplog.text
