@@ -150,8 +150,17 @@ async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
         ids_before = {e.message_id for e in second if e.type.value == "TEXT_MESSAGE_START"}
         ids_after = {e.message_id for e in third if e.type.value == "TEXT_MESSAGE_START"}
         assert ids_after and ids_before.isdisjoint(ids_after)
+        # Of the client's messages only the last user message is new: the gateway's history
+        # is not rewritten by what the client sends again.
+        state = await wait_state(client, "t-tool", lambda s: not s["isRequesting"])
+        users = [m["message"] for m in state["messages"] if m["message"]["role"] == "user"]
+        assert [m["content"] for m in users] == ["weather in Paris?", "hi"]
     assert [m["role"] for m in agent.requests[1]["messages"]][-1] == "tool"
     assert agent.requests[1]["messages"][-1]["content"] == "sunny"
+    # The upstream of the new turn gets the gateway's history of the thread, then the new turn.
+    sent = agent.requests[2]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["weather in Paris?", "hi"]
+    assert [m["role"] for m in sent].count("tool") == 1
 
 
 async def test_disconnect_before_the_end_aborts_the_run_and_closes_the_upstream(
