@@ -109,6 +109,31 @@ async def test_every_event_kind_parses_back_and_an_interrupt_resumes_the_same_ru
     assert isinstance(failed[-1], RunErrorEvent) and failed[-1].code == "upstream_error"
 
 
+@pytest.mark.parametrize(
+    ("answer", "decision"),
+    [
+        ({"status": "resolved"}, "approved"),  # no decision = approved
+        ({"status": "resolved", "payload": {"decision": "rejected"}}, "rejected"),
+        ({"status": "cancelled"}, "rejected"),
+    ],
+)
+async def test_resume_is_read_as_the_ag_ui_provider_reads_it(
+    gateway: RunningGateway, agent: AguiAgent, answer: dict[str, Any], decision: str
+) -> None:
+    thread = f"t-resume-{decision}-{answer['status']}"
+    async with gateway.client() as client:
+        first = await stream_agui(client, run_input(thread, "c1", [user("approve it")]))
+        (interrupt,) = first[-1].outcome.interrupts
+        resume = [{"interruptId": interrupt.id, **answer}]
+        second = await stream_agui(client, run_input(thread, "c2", [], resume=resume))
+        assert _text(second) == f"Decision: {decision}."
+        state = await wait_state(client, thread, lambda s: not s["isRequesting"])
+    (approval,) = state["agentState"]["approvals"].values()
+    assert approval["status"] == "completed" and approval["decision"] == decision
+    assert [r["status"] for r in _runs(state).values()] == ["completed"]
+    assert agent.requests[-1]["resume"][0]["payload"]["decision"] == decision
+
+
 async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
     gateway: RunningGateway, agent: AguiAgent
 ) -> None:
