@@ -138,6 +138,7 @@ class AguiStream:
 
 class _AguiResponse(EventSourceResponse):
     stream: AguiStream
+    slot: str | None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = self.stream
@@ -148,19 +149,22 @@ class _AguiResponse(EventSourceResponse):
         except Exception:
             logger.info("an AG-UI stream ended with an error", exc_info=True)
         finally:
-            gateway.runs.limits.subscribers.release(stream.ref)
-            if not stream.ended:  # the client left before this request's end: cancel the run
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(gateway.runs.abort(stream.ref, stream.run_id))
+            try:
+                if not stream.ended:  # the client left before this request's end: cancel the run
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(gateway.runs.abort(stream.ref, stream.run_id))
+            finally:
+                # Freed last: once the slot is free, the abort decision above has been made.
+                await gateway.runs.limits.release_subscriber(stream.ref, self.slot)
 
 
 def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep="\n")
 
 
-def agui_response(stream: AguiStream) -> EventSourceResponse:
-    """The ``text/event-stream`` answer of an AG-UI request; it frees the subscriber slot the
-    caller took for ``stream.ref`` when it ends."""
+def agui_response(stream: AguiStream, slot: str | None) -> EventSourceResponse:
+    """The ``text/event-stream`` answer of an AG-UI request; it frees the subscriber ``slot``
+    the caller took for ``stream.ref`` (``GatewayLimits.acquire_subscriber``) when it ends."""
     settings = stream.gateway.settings.gateway
     response = _AguiResponse(
         stream.frames(),
@@ -171,4 +175,5 @@ def agui_response(stream: AguiStream) -> EventSourceResponse:
         sep="\n",
     )
     response.stream = stream
+    response.slot = slot
     return response

@@ -1,7 +1,8 @@
 """``POST /v1/ag-ui/{provider}`` over a real gateway on loopback, in front of a scripted AG-UI
 agent: every event kind parsed back with ``ag-ui-protocol``, a tool round trip and an interrupt
 resumed within one gateway run, no echo, ids unique per thread, disconnect = abort before the
-request's end and nothing after it, multitask, and the request errors."""
+request's end and nothing after it, multitask, the request errors, and the auth, limits and
+metrics of ``POST …/runs``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 from ag_ui.core import (
     RunErrorEvent,
@@ -16,12 +19,13 @@ from ag_ui.core import (
     TextMessageContentEvent,
     ToolCallStartEvent,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.agui_client import WEATHER_TOOL, kinds, run_input, stream_agui, user
 from tests.app.agui_upstream import AguiAgent, agui_settings, serve_agui_agent
 from tests.app.gateway_server import RunningGateway, StartGateway
 from tests.app.helpers import wait_state
-from tests.support import eventually
+from tests.support import eventually, eventually_async
 
 
 @pytest.fixture
@@ -105,6 +109,31 @@ async def test_every_event_kind_parses_back_and_an_interrupt_resumes_the_same_ru
     assert isinstance(failed[-1], RunErrorEvent) and failed[-1].code == "upstream_error"
 
 
+@pytest.mark.parametrize(
+    ("answer", "decision"),
+    [
+        ({"status": "resolved"}, "approved"),  # no decision = approved
+        ({"status": "resolved", "payload": {"decision": "rejected"}}, "rejected"),
+        ({"status": "cancelled"}, "rejected"),
+    ],
+)
+async def test_resume_is_read_as_the_ag_ui_provider_reads_it(
+    gateway: RunningGateway, agent: AguiAgent, answer: dict[str, Any], decision: str
+) -> None:
+    thread = f"t-resume-{decision}-{answer['status']}"
+    async with gateway.client() as client:
+        first = await stream_agui(client, run_input(thread, "c1", [user("approve it")]))
+        (interrupt,) = first[-1].outcome.interrupts
+        resume = [{"interruptId": interrupt.id, **answer}]
+        second = await stream_agui(client, run_input(thread, "c2", [], resume=resume))
+        assert _text(second) == f"Decision: {decision}."
+        state = await wait_state(client, thread, lambda s: not s["isRequesting"])
+    (approval,) = state["agentState"]["approvals"].values()
+    assert approval["status"] == "completed" and approval["decision"] == decision
+    assert [r["status"] for r in _runs(state).values()] == ["completed"]
+    assert agent.requests[-1]["resume"][0]["payload"]["decision"] == decision
+
+
 async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
     gateway: RunningGateway, agent: AguiAgent
 ) -> None:
@@ -146,8 +175,17 @@ async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
         ids_before = {e.message_id for e in second if e.type.value == "TEXT_MESSAGE_START"}
         ids_after = {e.message_id for e in third if e.type.value == "TEXT_MESSAGE_START"}
         assert ids_after and ids_before.isdisjoint(ids_after)
+        # Of the client's messages only the last user message is new: the gateway's history
+        # is not rewritten by what the client sends again.
+        state = await wait_state(client, "t-tool", lambda s: not s["isRequesting"])
+        users = [m["message"] for m in state["messages"] if m["message"]["role"] == "user"]
+        assert [m["content"] for m in users] == ["weather in Paris?", "hi"]
     assert [m["role"] for m in agent.requests[1]["messages"]][-1] == "tool"
     assert agent.requests[1]["messages"][-1]["content"] == "sunny"
+    # The upstream of the new turn gets the gateway's history of the thread, then the new turn.
+    sent = agent.requests[2]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == ["weather in Paris?", "hi"]
+    assert [m["role"] for m in sent].count("tool") == 1
 
 
 async def test_disconnect_before_the_end_aborts_the_run_and_closes_the_upstream(
@@ -266,6 +304,72 @@ async def test_auth_is_that_of_the_runs_route(
         events = await stream_agui(client, body)
         assert _text(events) == "Hello from the gateway!"
         assert (await client.get("/v1/conversations/t-auth/state")).status_code == 200
+
+
+async def _metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
+    """One sample of the gateway's ``/metrics`` (0 when absent)."""
+    text = (await client.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+async def test_limits_and_metrics_are_those_of_the_runs_route(
+    agent: AguiAgent, start_gateway: StartGateway
+) -> None:
+    settings = agui_settings(agent)
+    settings.limits.max_input_bytes = 2048
+    settings.limits.max_subscribers_per_conversation = 1
+    settings.limits.runs_per_minute_per_principal = 2
+    running = await start_gateway(settings)
+    async with running.client() as client:
+        too_big = await client.post(
+            "/v1/ag-ui/agent", json=run_input("t-lim", "c0", [user("x" * 4096)])
+        )
+        assert too_big.status_code == 413, too_big.text
+        assert too_big.json()["error"]["code"] == "payload_too_large"
+
+        reader = asyncio.create_task(stream_agui(client, run_input("t-lim", "c1", [user("slow")])))
+        await wait_state(client, "t-lim", lambda s: s["isRequesting"])
+        # The open AG-UI stream holds the conversation's one subscriber slot, for the native
+        # routes too (on Redis that count is cluster-wide).
+        async with client.stream("GET", "/v1/conversations/t-lim/events") as refused:
+            assert refused.status_code == 429
+            assert orjson.loads(await refused.aread())["error"]["code"] == "too_many_subscribers"
+        second = await client.post("/v1/ag-ui/agent", json=run_input("t-lim", "c2", [user("hi")]))
+        assert second.status_code == 429
+        assert second.json()["error"]["code"] == "too_many_subscribers"
+
+        async def following() -> bool:
+            return await _metric(client, "agent_gateway_subscribers", transport="sse") == 1
+
+        await eventually_async(following, what="the AG-UI stream counted as an SSE subscriber")
+        assert await _metric(client, "agent_gateway_runs_started_total", provider="agent") == 1
+        assert (await client.post("/v1/conversations/t-lim/abort", json={})).status_code == 202
+        cancelled = await asyncio.wait_for(reader, 10)
+        assert isinstance(cancelled[-1], RunErrorEvent) and cancelled[-1].code == "cancelled"
+
+        answered = await stream_agui(client, run_input("t-lim-2", "c1", [user("hello")]))
+        assert _text(answered) == "Hello from the gateway!"
+        limited = await client.post(
+            "/v1/ag-ui/agent", json=run_input("t-lim-3", "c1", [user("hello")])
+        )
+        assert limited.status_code == 429
+        assert limited.json()["error"]["code"] == "rate_limited"
+
+        async def ended(outcome: str) -> float:
+            name = "agent_gateway_runs_ended_total"
+            return await _metric(client, name, provider="agent", outcome=outcome)
+
+        async def both_ended() -> bool:
+            return await ended("completed") == 1 and await ended("cancelled") == 1
+
+        await eventually_async(both_ended, what="the completed and the cancelled run counted")
+        assert await _metric(client, "agent_gateway_runs_started_total", provider="agent") == 2
+        await eventually(lambda: not running.gateway.runs.limits.open_streams, within=10)
+        assert await _metric(client, "agent_gateway_subscribers", transport="sse") == 0
 
 
 @pytest.mark.only_backend("redis", reason="two instances share a conversation only on Redis")

@@ -1,8 +1,9 @@
 """The real AG-UI client: ``@ag-ui/client``'s ``HttpAgent`` (pinned by
 ``tests/node/ag-ui-client/package-lock.json``) runs ``agui.test.mjs`` with Node's own test
 runner against a gateway on loopback in front of the scripted AG-UI agent: a text answer, a
-frontend tool round trip in two requests (one gateway run), an interrupt and its resume, and
-``abortRun()`` mid-stream (``run.cancelled``, the upstream connection closed).
+frontend tool round trip in two requests (one gateway run), an interrupt and its resume,
+``abortRun()`` mid-stream (``run.cancelled``, the upstream connection closed), and a failed
+run and a run cancelled elsewhere (``RUN_ERROR`` with the code) through the client's verifier.
 
 ``npm ci`` installs the package on first use (the npm registry is the only network needed).
 """
@@ -36,4 +37,4 @@ async def test_http_agent_against_the_gateway(start_gateway: StartGateway) -> No
         }
         output = await run_node(NODE_DIR, node, "--test", "agui.test.mjs", env=env, within=120)
         await gateway.stop()  # before the agent it calls goes away
-    assert "# fail 0" in output and "# pass 5" in output, output
+    assert "# fail 0" in output and "# pass 6" in output, output

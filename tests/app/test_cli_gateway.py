@@ -41,6 +41,9 @@ def test_openapi_lists_every_route() -> None:
     ):
         assert base + path in paths
     assert {"/v1/providers", "/healthz", "/readyz", "/v1/conversations"} <= set(paths)
+    agui = paths["/v1/ag-ui/{provider}"]["post"]
+    assert "text/event-stream" in agui["responses"]["200"]["content"]
+    assert "RunAgentInput" in str(agui["requestBody"])
     assert set(paths[base + "/runs"]["post"]["responses"]) >= {
         "202",
         "404",

@@ -87,8 +87,10 @@ async def run_agent(
     ref = ConversationRef(principal, body.thread_id)
     request = read_input(body)
     gateway.catalog.get(provider)  # 404 unknown_provider before anything else
-    subscribers = gateway.runs.limits.subscribers
-    subscribers.acquire(ref)  # 429 before the run is accepted; the response frees it
+    limits = gateway.runs.limits
+    # A stream slot counted like every SSE/WebSocket subscriber (cluster-wide on Redis): 429
+    # before the run is accepted; the response frees it.
+    slot = await limits.acquire_subscriber(ref)
     try:
         if request.turn is not None:
             submission = await gateway.runs.submit(
@@ -100,11 +102,11 @@ async def run_agent(
         else:
             run_id, cursor, state, answered = await _continue(gateway, ref, request)
     except BaseException:
-        subscribers.release(ref)
+        await limits.release_subscriber(ref, slot)
         raise
     encoder = AguiEncoder(body.thread_id, body.run_id, run_id, answered=answered)
     tracker = RunTracker(run_id, state, answered)
     stream = AguiStream(
         gateway, ref, run_id, cursor, encoder, tracker, continuation=request.turn is None
     )
-    return agui_response(stream)
+    return agui_response(stream, slot)

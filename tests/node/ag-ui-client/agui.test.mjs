@@ -142,3 +142,37 @@ test("every event kind passes the client's verifier", async () => {
   const approvals = Object.values((await state("node-everything")).agentState.approvals);
   assert.equal(approvals[0].decision, "rejected");
 });
+
+test("a failed run and a run cancelled elsewhere end RUN_ERROR through the verifier", async () => {
+  const failing = agentFor("node-fail");
+  failing.addMessage({ id: "u1", role: "user", content: "fail" });
+  const failures = [];
+  await failing.runAgent({}, { onRunErrorEvent: ({ event }) => void failures.push(event.code) });
+  assert.deepEqual(failures, ["upstream_error"]);
+
+  const slow = agentFor("node-cancel");
+  slow.addMessage({ id: "u1", role: "user", content: "slow" });
+  const cancels = [];
+  let aborted;
+  const run = slow.runAgent(
+    {},
+    {
+      onTextMessageContentEvent() {
+        aborted ??= fetch(`${gateway}/v1/conversations/node-cancel/abort`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: "{}",
+        });
+      },
+      onRunErrorEvent: ({ event }) => void cancels.push(event.code),
+    },
+  );
+  await run; // resolves only if every event passed the verifier
+  assert.equal((await aborted).status, 202);
+  assert.deepEqual(cancels, ["cancelled"]);
+  const runs = Object.values((await state("node-cancel")).agentState.runs);
+  assert.deepEqual(
+    runs.map((r) => r.status),
+    ["cancelled"],
+  );
+});
