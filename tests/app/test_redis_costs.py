@@ -7,6 +7,7 @@ connections allowed (the pool is sized from ``redis_max_connections``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 
 from app.backends import ConversationRef
 from app.backends.redis import create_redis_backend
+from app.backends.redis.eventlog import EventLog
 from app.config import Settings
 from tests.app.backend_contract import event, meta
 from tests.app.gateway_server import RunningGateway, launch, make_settings
@@ -74,11 +76,23 @@ async def two_gateways(settings: Settings) -> AsyncIterator[tuple[RunningGateway
             await gateway.stop()
 
 
-async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_event() -> None:
+async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A runs EVENTS deltas at full speed while B streams them: the events go in batched
     append script calls, and every other command (the scripts' own included: fencing, the
     snapshot, meta, polls, B's XREADs) is called at most once per batch plus a constant, never
-    once per event; only the XADDs inside the append script are one per event."""
+    once per event; only the XADDs inside the append script are one per event. The state is
+    snapshotted with an append at most once per ``snapshot_every`` events (and at the end)."""
+    snapshots: list[float] = []
+    append = EventLog.append
+
+    async def counting(self: EventLog, *args: Any, **kwargs: Any) -> list[str]:
+        if kwargs.get("snapshot") is not None:
+            snapshots.append(time.monotonic())
+        return await append(self, *args, **kwargs)
+
+    monkeypatch.setattr(EventLog, "append", counting)
     with private_redis() as server:
         settings = settings_for(server)
         redis = Redis.from_url(server.url)
@@ -105,8 +119,10 @@ async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_
                 )
                 await asyncio.wait_for(connected.wait(), 20)
                 await redis.config_resetstat()
+                snapshots.clear()
                 run = await start_run(ca, "cost", f"text:{EVENTS}")
                 frames = await asyncio.wait_for(follow, 120)
+                await ca.get(f"/v1/conversations/cost/runs/{run['runId']}/wait")  # released
                 calls = await command_calls(redis)
         finally:
             await redis.aclose()
@@ -119,6 +135,8 @@ async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_
     assert 0 < batches <= EVENTS // MIN_BATCH, calls  # appends went in batches
     per_event = {name: n for name, n in calls.items() if name != "xadd" and n > batches + SLACK}
     assert per_event == {}, calls  # B's XREADs included: at most one per batch
+    # One with the release; during the run, one per snapshot_every events at most.
+    assert 1 <= len(snapshots) <= EVENTS // 200 + 1, snapshots
 
 
 async def test_one_instance_follows_more_conversations_at_once_than_a_pool_of_100() -> None:
