@@ -143,12 +143,13 @@ async def test_stream_slots_of_a_dead_instance_expire(gateways: Gateways) -> Non
     (gw,) = (await _pair(gateways, max_subscribers_per_conversation=1))[:1]
     inner = gw.gateway.backend.inner  # type: ignore[attr-defined]
     assert isinstance(inner, RedisBackend)
-    dead = RedisLimits(inner.redis, inner.prefix, slot_ttl_ms=500)  # never renewed
+    # Never renewed; 2 s: the refusal below is asked well before it lapses, even under load.
+    dead = RedisLimits(inner.redis, inner.prefix, slot_ttl_ms=2000)
     token, _ = await dead.take_subscriber(ConversationRef("anonymous", "s1"), 1, 100)
     assert token is not None
     async with gw.client() as client:
-        refused = await client.get("/v1/conversations/s1/events")
-        assert refused.status_code == 429
+        async with client.stream("GET", "/v1/conversations/s1/events") as refused:
+            assert refused.status_code == 429  # a stream: an accepted one would never end
         for _ in range(200):  # freed within the slot TTL, without anyone releasing it
             async with client.stream("GET", "/v1/conversations/s1/events") as response:
                 if response.status_code == 200:

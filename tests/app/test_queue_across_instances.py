@@ -110,7 +110,8 @@ async def test_the_queued_runs_of_a_lost_instance_are_adopted_in_their_turn(
     async with a.client() as ca:
         await start_run(ca, KEY, "text:1")  # the conversation exists and is idle again
         await _started_runs(ca, 1)
-        ghost = RunQueue(backend.redis, "ghost", ttl_ms=2000, prefix=keys.prefix)  # never renews
+        # Never renews; 5 s: the 409 below is asked well before the tickets lapse, even under load.
+        ghost = RunQueue(backend.redis, "ghost", ttl_ms=5000, prefix=keys.prefix)
         lost = [f"run_ghost{i}" for i in (1, 2)]
         for run_id in lost:
             run = QueuedRun(run_id, {"prompt": f"text:1 say:{run_id}"}, "demo")
@@ -119,7 +120,7 @@ async def test_the_queued_runs_of_a_lost_instance_are_adopted_in_their_turn(
         waiting = await ca.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "reject"})
         assert waiting.status_code == 409  # the ghost's runs are first in line
         mine = await start_run(ca, KEY, "text:1", multitask="enqueue")  # queued behind them
-        # The ghost's tickets lapse (2 s) and A adopts them: they run first, in their order.
+        # The ghost's tickets lapse (5 s) and A adopts them: they run first, in their order.
         started = await _started_runs(ca, 4)
         assert started[1:] == [*lost, mine["runId"]]
         frames = await collect_sse(ca, EVENTS, params={"since": "0", "untilIdle": "true"})
