@@ -6,7 +6,9 @@
 #     (the demo-page browser test; Playwright drives the system browser, it downloads none) and
 #     node >= 18 and npm (the JavaScript tests under clients/js, tests/node and the examples,
 #     run by pytest, install their lock-file-pinned packages with npm ci);
-#   - a Redis answering on 127.0.0.1:6379 (started here, in the background, if none answers).
+#   - a Redis answering on 127.0.0.1:6379 (started here, in the background, if none answers);
+#   - PostgreSQL for the archive tests: the server on 127.0.0.1:5432 when one answers, else
+#     the postgresql package (the tests start a private server with its initdb and pg_ctl).
 # Missing packages are installed with apt-get when this runs as root (or with password-less
 # sudo); otherwise it stops at once with one line naming what to install.
 set -euo pipefail
@@ -24,6 +26,11 @@ have() { command -v "$1" >/dev/null 2>&1; }
 
 # nginx lives in /usr/sbin, which is not on every user's PATH.
 have_nginx() { have nginx || [[ -x /usr/sbin/nginx ]]; }
+
+# The archive tests use the PostgreSQL on 127.0.0.1:5432 when it answers, else they start a
+# private server (initdb + pg_ctl, which Debian keeps in /usr/lib/postgresql/VERSION/bin).
+postgres_up() { (exec 3<>"/dev/tcp/127.0.0.1/5432") 2>/dev/null; }
+have_initdb() { have initdb || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; }
 
 redis_up() {
   (exec 3<>"/dev/tcp/$REDIS_HOST/$REDIS_PORT" && printf 'PING\r\n' >&3 \
@@ -46,6 +53,7 @@ have chromium || missing+=(chromium)
 have node || missing+=(nodejs)
 # Debian packages npm apart from nodejs; the Node tests install their pinned packages with it.
 have npm || missing+=(npm)
+postgres_up || have_initdb || missing+=(postgresql)
 
 if ((${#missing[@]})); then
   if [[ "$(id -u)" == 0 ]]; then

@@ -1,7 +1,8 @@
 """The archive writer: one task, off the stream's path, writing in order with retries.
 
 Hooks only queue (``flush``, ``delete``: no I/O, no await). ``LINGER_SECONDS`` after a wake-up
-the task gathers each queued conversation from the live backend (state and meta), writes up to
+the task gathers each queued conversation from the live backend (state and meta, read so that
+both were current at one moment: the write's version then describes both), writes up to
 ``BATCH`` operations per transaction, and retries a failed transaction with exponential backoff
 (logged, counted) until it succeeds: a slow or failing database never delays or fails a run.
 Flushes of one conversation coalesce while queued; a delete is ordered after the flushes queued
@@ -23,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.archive.records import ConversationDelete, ConversationWrite
 from app.archive.store import ArchiveStore
-from app.backends import Backend, ConversationMeta, ConversationRef
+from app.backends import Backend, ConversationMeta, ConversationRef, Snapshot
 
 __all__ = ["BATCH", "LINGER_SECONDS", "ArchiveWriter", "describe_error"]
 
@@ -31,6 +32,8 @@ logger = logging.getLogger("app.archive")
 BATCH = 64
 LINGER_SECONDS = 0.05
 _FIRST_RETRY_SECONDS = 0.1
+#: Snapshots taken at most for one write while the meta changes under them.
+_GATHER_TRIES = 3
 
 
 def describe_error(exc: BaseException) -> str:
@@ -174,9 +177,30 @@ class ArchiveWriter:
         loop = asyncio.get_running_loop()
         loop.call_later(self._retry_max, self.flush, ref)
 
+    async def _consistent_snapshot(self, ref: ConversationRef) -> Snapshot | None:
+        """The live snapshot with a meta that was current while its state was read.
+
+        A live backend may read the meta before the state (Redis: two round trips), so a
+        snapshot can pair a run's ended state with the meta saved at its start. The meta is
+        read again after the snapshot: unchanged, the pair was current at once, and the write's
+        version (events reduced, ``updated_at``) describes both halves; changed, the snapshot is
+        taken again. After ``_GATHER_TRIES`` the last one is used: the meta keeps changing, and
+        each change flushes this conversation again."""
+        snapshot: Snapshot | None = None
+        for _ in range(_GATHER_TRIES):
+            snapshot = await self._live.snapshot(ref)
+            if snapshot is None:  # deleted (its delete is queued) or forgotten
+                return None
+            meta = await self._live.get_meta(ref)
+            if meta is None:
+                return None
+            if meta is snapshot.meta or meta == snapshot.meta:
+                return snapshot
+        return snapshot
+
     async def _gather(self, ref: ConversationRef) -> ConversationWrite | None:
-        snapshot = await self._live.snapshot(ref)
-        if snapshot is None:  # deleted (its delete is queued) or forgotten
+        snapshot = await self._consistent_snapshot(ref)
+        if snapshot is None:
             return None
         meta, state = snapshot.meta, snapshot.state
         last_id, last_status = _last_run(state, meta)

@@ -83,7 +83,14 @@ class PrivatePostgres:
         data = str(self.dir / "data")
         self._run(self._bin("initdb"), "-D", data, "-U", PG_USER, "--auth=trust")
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        self._run(self._bin("pg_ctl"), "-D", data, "-o", options, "-w", "start")
+        # The server's output goes to a file (-l): a server inheriting pg_ctl's pipes would
+        # keep them open, and capturing pg_ctl's output would then wait for the server's exit.
+        log = str(self.dir / "server.log")
+        try:
+            self._run(self._bin("pg_ctl"), "-D", data, "-o", options, "-l", log, "-w", "start")
+        except Exception:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

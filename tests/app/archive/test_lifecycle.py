@@ -54,10 +54,10 @@ async def test_listing_paginates_newest_first_and_principals_are_isolated(
         assert {item["lastRunStatus"] for item in seen} == {"completed"}
         listed = (await bob.get("/v1/conversations")).json()["conversations"]
         assert [item["conversationKey"] for item in listed] == ["secret"]
-        for path in ("/v1/conversations/secret/state", "/v1/conversations/secret/events"):
-            answer = await alice.get(path) if path.endswith("state") else None
-            if answer is not None:
-                assert answer.status_code == 404
+        assert (await alice.get("/v1/conversations/secret/state")).status_code == 404
+        run_id = listed[0]["lastRunId"]
+        assert (await alice.get(f"/v1/conversations/secret/runs/{run_id}")).status_code == 404
+        assert (await bob.get(f"/v1/conversations/secret/runs/{run_id}")).status_code == 200
         assert (await bob.get("/v1/conversations/secret/state")).status_code == 200
         assert (await bob.get("/v1/conversations/c0/state")).status_code == 404
 
@@ -78,6 +78,15 @@ async def test_delete_then_restart_leaves_nothing(
         listed = (await client.get("/v1/conversations")).json()["conversations"]
         assert [item["conversationKey"] for item in listed] == ["kept"]
     assert await _archived(database, "gone") == []
+    # A conversation the archive alone holds (not restored since the restart) is deleted too.
+    async with gateway.client() as client:
+        assert (await client.delete("/v1/conversations/kept")).status_code == 204
+        assert (await client.get("/v1/conversations/kept/state")).status_code == 404
+    await gateway.restart()
+    async with gateway.client() as client:
+        assert (await client.get("/v1/conversations/kept/state")).status_code == 404
+        assert (await client.get("/v1/conversations")).json()["conversations"] == []
+    assert await _archived(database, "kept") == []
 
 
 async def _has(database: Database, key: str) -> bool:

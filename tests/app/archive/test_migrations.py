@@ -1,14 +1,17 @@
-"""Alembic migrations of the archive: from an empty database (several at once), and an upgrade
-from the first revision keeping the rows it holds."""
+"""Alembic migrations of the archive: from an empty database (several at once), an upgrade
+from the first revision keeping the rows it holds, and ``agent-gateway migrate``."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 from app.archive.engine import create_engine
 from app.archive.migrate import current_revision, migrate
 from app.archive.url import database_url
-from tests.app.archive.support import Database
+from tests.app.archive.support import ROOT, Database
 
 
 async def test_from_empty_with_several_instances_at_once(database: Database) -> None:
@@ -41,3 +44,33 @@ async def test_upgrade_from_the_first_revision_keeps_the_rows(database: Database
         "SELECT session_id, updated_at FROM archived_conversations WHERE principal = 'alice'"
     ) == [("s", 2.0)]
     assert await database.query("SELECT count(*) FROM archive_tombstones") == [(0,)]
+
+
+async def test_the_migrate_command_brings_an_empty_database_to_the_newest_revision(
+    database: Database, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[archive]\nurl = "{database.url}"\n')
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", "migrate", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("at revision 0003")
+    assert await database.query("SELECT count(*) FROM archived_conversations") == [(0,)]
+
+    config.write_text('[archive]\nurl = ""\n')  # the archive off: nothing to migrate
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", "migrate", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "[archive] url is not set" in refused.stderr

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -38,6 +39,12 @@ class Cluster:
         keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}:{{{tag}}}:*")]
         assert keys
         return int(await self.redis.delete(*keys))
+
+    async def live_meta(self, principal: str, key: str) -> dict[str, Any] | None:
+        """The conversation's meta as Redis holds it."""
+        tag = conversation_tag(principal, key)
+        raw = await self.redis.hget(f"{self.prefix}:{{{tag}}}:meta", "meta")
+        return None if raw is None else dict(orjson.loads(raw))
 
 
 @pytest.fixture
@@ -79,11 +86,28 @@ async def views(clients: list[httpx.AsyncClient], key: str, run_id: str) -> list
 
 async def archived_last_run(database: Database, key: str) -> tuple[Any, ...] | None:
     rows = await database.query(
-        "SELECT last_run_id, last_run_status FROM archived_conversations"
+        "SELECT last_run_id, last_run_status, meta FROM archived_conversations"
         " WHERE conversation_key = $1",
         key,
     )
-    return rows[0] if rows else None
+    return (*rows[0][:2], orjson.loads(rows[0][2])) if rows else None
+
+
+async def settled(
+    cluster: Cluster, database: Database, client: httpx.AsyncClient, key: str, run_id: str
+) -> None:
+    """Until the run's end is saved live (its stream ends before the meta saved after it) and
+    archived: the archive holds the live meta, with the run completed."""
+    record = (await client.get(f"/v1/conversations/{key}/runs/{run_id}")).json()
+    assert record["status"] == "completed", record
+
+    async def done() -> bool:
+        live = await cluster.live_meta("alice", key)
+        if live is None or live["lastRunId"] != run_id or live["updatedAt"] < record["updatedAt"]:
+            return False
+        return await archived_last_run(database, key) == (run_id, "completed", live)
+
+    await wait_for(done, what=f"the end of {run_id} saved and archived")
 
 
 async def test_turns_alternate_between_instances_and_survive_redis_forgetting(
@@ -97,11 +121,7 @@ async def test_turns_alternate_between_instances_and_survive_redis_forgetting(
         assert second[0]["sessionId"] == session
         assert "session.started" not in [e["type"] for e in second]
         run2 = second[0]["runId"]
-
-        async def archived() -> bool:
-            return await archived_last_run(database, "trip") == (run2, "completed")
-
-        await wait_for(archived, what="the second turn archived")
+        await settled(cluster, database, b, "trip", run2)
         before = await views([a, b], "trip", run2)
         assert before[0] == before[1]
         assert len(before[0][0]["agentState"]["runs"]) == 2
@@ -124,17 +144,13 @@ async def test_turns_alternate_between_instances_and_survive_redis_forgetting(
             ("user", "four"),
         ]
         run4 = fourth[0]["runId"]
+        await settled(cluster, database, a, "trip", run4)
         after = await views([a, b], "trip", run4)
         assert after[0] == after[1]
         state = after[0][0]
         assert len(state["agentState"]["runs"]) == 4
         assert [m["message"]["role"] for m in state["messages"]] == ["user", "assistant"] * 4
         assert [c["conversationKey"] for c in after[0][2]["conversations"]] == ["trip"]
-
-        async def archived_fourth() -> bool:
-            return await archived_last_run(database, "trip") == (run4, "completed")
-
-        await wait_for(archived_fourth, what="the fourth turn archived")
 
 
 async def test_two_instances_restoring_at_once_make_one_conversation(
@@ -145,12 +161,7 @@ async def test_two_instances_restoring_at_once_make_one_conversation(
         first = await run_turn(a, "race", "one")
         second = await run_turn(b, "race", "two")
         session = first[0]["sessionId"]
-        run2 = second[0]["runId"]
-
-        async def archived() -> bool:
-            return await archived_last_run(database, "race") == (run2, "completed")
-
-        await wait_for(archived, what="the second turn archived")
+        await settled(cluster, database, b, "race", second[0]["runId"])
         await cluster.forget("alice", "race")
 
         body = {"input": {"prompt": "again"}}

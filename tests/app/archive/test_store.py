@@ -1,9 +1,12 @@
 """The archive's writes are monotonic per conversation: a write delayed by an outage that lands
-after a newer one (from another instance) never replaces it."""
+after a newer one (from another instance) never replaces it. Retention run by several instances
+at once."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,11 +14,14 @@ import pytest
 from app.archive.engine import create_engine
 from app.archive.migrate import migrate
 from app.archive.records import ConversationDelete
+from app.archive.retention import RetentionTask
 from app.archive.store import ArchiveStore
 from app.archive.url import database_url
 from app.backends import ConversationRef
 from tests.app.archive.support import ARCHIVED_REF as REF
 from tests.app.archive.support import Database, write
+
+DAY_MS = 86_400_000.0
 
 
 @pytest.fixture
@@ -69,3 +75,27 @@ async def test_one_batch_of_writes_and_deletes_applies_in_order(store: ArchiveSt
     late = dataclasses.replace(write(4, 110.0), ref=other)
     await store.apply([kept, gone, ConversationDelete(other, "ses_1", 105.0), late], now=1)
     assert [row.key for row in await store.list_page("alice", None, 10)] == ["k"]
+
+
+async def test_retention_run_by_two_instances_at_once_drops_each_idle_conversation_once(
+    store: ArchiveStore, database: Database
+) -> None:
+    now = time.time() * 1000
+    idle = [
+        dataclasses.replace(write(1, now - 10 * DAY_MS), ref=ConversationRef("alice", f"old{n}"))
+        for n in range(20)
+    ]
+    fresh = [
+        dataclasses.replace(write(1, now), ref=ConversationRef("alice", f"new{n}"))
+        for n in range(5)
+    ]
+    await store.apply([*idle, *fresh], now=now)
+    other = create_engine(database_url(database.url))  # a second instance's engine
+    try:
+        tasks = [RetentionTask(store, 1, 3600), RetentionTask(ArchiveStore(other), 1, 3600)]
+        dropped = await asyncio.gather(*(task.run_once() for task in tasks))
+    finally:
+        await other.dispose()
+    assert sum(dropped) == len(idle)
+    keys = sorted(row.key for row in await store.list_page("alice", None, 100))
+    assert keys == sorted(w.ref.key for w in fresh)
