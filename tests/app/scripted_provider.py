@@ -6,6 +6,7 @@ Prompt words (space separated, in order):
 - ``gate:NAME`` — wait until the test calls ``provider.gates[NAME].set()`` (abort cuts it short)
 - ``approval:ID`` / ``approval:ID:editable`` / ``approval:ID:expired`` — an approval that waits
 - ``apptool:ID`` — a tool handed to the app (waits for its result)
+- ``oktool:ID`` / ``failtool:ID`` — a runtime tool that completes / fails with a retryable error
 - ``ext:KEY`` — an extension value ``{"n": 1}`` under KEY
 - ``boom`` — the upstream fails
 Anything else is ignored. ``histories`` records the history each run received.
@@ -45,7 +46,7 @@ async def _script(
             await asyncio.sleep(float(arg))
         elif name == "gate":
             await gates[arg].wait()
-        elif name in ("approval", "apptool", "ext", "boom"):
+        elif name in ("approval", "apptool", "oktool", "failtool", "ext", "boom"):
             yield {name: arg}
 
 
@@ -87,6 +88,14 @@ class ScriptedProvider(ProviderBase):
             )
         elif "apptool" in chunk:
             ctx.request_tool(chunk["apptool"], "lookup", '{"q":1}', executor="app")
+        elif "oktool" in chunk or "failtool" in chunk:
+            ident = chunk.get("oktool") or chunk["failtool"]
+            ctx.request_tool(ident, "lookup", '{"q":1}')
+            ctx.tool_running(ident)
+            if "oktool" in chunk:
+                ctx.complete_tool(ident, {"ok": True})
+            else:
+                ctx.fail_tool(ident, {"code": "flaky", "message": "try again", "retryable": True})
         elif "ext" in chunk:
             ctx.extension(chunk["ext"], {"n": 1})
         elif "boom" in chunk:

@@ -73,3 +73,67 @@ async def test_an_accepted_abort_always_ends_the_run_cancelled(gateways: Gateway
             if trigger == "terminal":  # its end was logged before the aborts: too late
                 assert run["status"] == "completed"
                 assert {a.status_code for a in answers} == {200}
+
+
+async def test_an_abort_while_the_ended_run_still_holds_its_slot_answers_false(
+    gateways: Gateways,
+) -> None:
+    """The run's terminal is logged but its owner has not released the slot yet (held here by
+    the test): aborts from the owner and (Redis) another instance all answer ``200 {"aborted":
+    false}`` and the run stays completed. The old ABORT accepted any run holding the slot."""
+    owner = await gateways(providers={"demo": CountingProvider()})
+    other = await gateways(providers={"demo": CountingProvider()}) if gateways.shared else owner
+    backend: Any = owner.gateway.backend
+    release = backend.release_run
+    releasing, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_release(ref: Any, run_id: str) -> None:
+        releasing.set()
+        await go_on.wait()
+        await release(ref, run_id)
+
+    backend.release_run = held_release
+    async with owner.client() as a, other.client() as b:
+        key = "ended-holding"
+        started = await start_run(a, key, " ".join(["text:1"] * DELTAS))
+        await asyncio.wait_for(releasing.wait(), 10)
+        path = f"/v1/conversations/{key}/abort"
+        answers = await asyncio.gather(*(c.post(path) for c in (a, b, b)))
+        go_on.set()
+        assert [(r.status_code, r.json()) for r in answers] == [(200, {"aborted": False})] * 3
+        state = await wait_state(b, key, lambda s: not s["isRequesting"])
+    assert state["agentState"]["runs"][started["runId"]]["status"] == "completed"
+
+
+async def test_an_abort_while_the_terminal_is_being_appended_answers_false(
+    gateways: Gateways,
+) -> None:
+    """Aborts fired (owner and, on Redis, another instance) when the owner hands the run's
+    ``run.completed`` to the backend, before it is logged: its end is decided, so each answers
+    ``200 {"aborted": false}`` and the run ends completed, never 202 then ``run.completed``."""
+    owner = await gateways(providers={"demo": CountingProvider()})
+    other = await gateways(providers={"demo": CountingProvider()}) if gateways.shared else owner
+    key = "ending"
+    backend: Any = owner.gateway.backend
+    append_batch, append_event = backend.append_batch, backend.append_event
+    answers: list[httpx.Response] = []
+    async with owner.client() as a, other.client() as b:
+
+        async def abort_at_the_terminal(events: list[dict[str, Any]]) -> None:
+            if not answers and any(e["type"] == "run.completed" for e in events):
+                path = f"/v1/conversations/{key}/abort"
+                answers.extend(await asyncio.gather(*(c.post(path) for c in (a, b, b))))
+
+        async def batch(ref: Any, items: Any) -> Any:
+            await abort_at_the_terminal([item.event for item in items if item.event])
+            return await append_batch(ref, items)
+
+        async def event(ref: Any, item: dict[str, Any]) -> Any:
+            await abort_at_the_terminal([item])
+            return await append_event(ref, item)
+
+        backend.append_batch, backend.append_event = batch, event
+        started = await start_run(a, key, " ".join(["text:1"] * DELTAS))
+        state = await wait_state(b, key, lambda s: not s["isRequesting"])
+    assert [(r.status_code, r.json()) for r in answers] == [(200, {"aborted": False})] * 3
+    assert state["agentState"]["runs"][started["runId"]]["status"] == "completed"

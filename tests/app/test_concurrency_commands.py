@@ -95,3 +95,21 @@ async def test_command_refusals_follow_the_target_once_its_run_ended(gateways: G
         assert (retry.status_code, retry.json()["error"]["code"]) == (409, "tool_not_retryable")
         unknown = await client.post(f"{BASE}/tools/nope/result", json={"result": 1})
         assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "tool_not_found")
+
+
+async def test_a_command_addresses_the_latest_run_that_has_its_target(gateways: Gateways) -> None:
+    """With no run running, a target id that several runs used names the latest run's entity:
+    its state decides the answer, not an earlier run's entity of the same id."""
+    gw = await gateways(providers={"demo": CountingProvider()})
+
+    def code(answer: httpx.Response) -> tuple[int, str]:
+        return answer.status_code, answer.json()["error"]["code"]
+
+    async with gw.client() as client:
+        for prompt in ("failtool:t", "oktool:t", "oktool:u", "failtool:u"):
+            run = await start_run(client, KEY, prompt)
+            await wait_state(client, KEY, lambda s, r=run["runId"]: _status_of(s, r) == "completed")
+        # t: failed and retryable in the first run, completed in the latest: not retryable.
+        assert code(await client.post(f"{BASE}/tools/t/retry")) == (409, "tool_not_retryable")
+        # u: completed first, failed and retryable in the latest, whose run has ended.
+        assert code(await client.post(f"{BASE}/tools/u/retry")) == (409, "run_not_running")

@@ -23,9 +23,9 @@ __all__ = ["gateways"]
 TRIALS = 6
 
 
-async def _log(client: httpx.AsyncClient, key: str) -> list[dict[str, Any]]:
+async def _log(client: httpx.AsyncClient, key: str, since: str = "0") -> list[dict[str, Any]]:
     frames = await collect_sse(
-        client, f"/v1/conversations/{key}/events", params={"since": "0", "untilIdle": "true"}
+        client, f"/v1/conversations/{key}/events", params={"since": since, "untilIdle": "true"}
     )
     return events_of(frames)
 
@@ -108,6 +108,11 @@ async def test_concurrent_posts_with_interrupt_never_run_the_interrupted_one_aft
                     (a_id, "run.started"),
                     (a_id, "run.completed"),
                 ], log
+                # A was accepted once B had ended, not before B and then run behind it: B's
+                # start is not after A's acceptance cursor (its end may be, when it was logged
+                # while A's acceptance read the cursor).
+                after_a = run_log(await _log(client, key, since=a.json()["cursor"]))
+                assert (b_id, "run.started") not in after_a, after_a
             else:
                 assert log[:2] == [(a_id, "run.started"), (a_id, "run.cancelled")], log
                 assert log[2:] == [(b_id, "run.started"), (b_id, "run.completed")], log
