@@ -1,6 +1,7 @@
-"""The live backend with the archive's hooks: a run's start (``run.started``), a saved meta (a
-run's start and end, a title) and a delete are queued for the writer. The hooks only queue; the
-live backend's answers are passed through as they are."""
+"""The live backend with the archive's hooks: they only queue, and the live backend's answers
+are passed through as they are. A run is written once its meta is saved after its terminal event
+(its end); its start (``run.started``, the meta saved before the run) and a title are written
+``DEFER_SECONDS`` later, unless the end came first — a short run is written once."""
 
 from __future__ import annotations
 
@@ -11,33 +12,51 @@ from app.archive.writer import ArchiveWriter
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.delegating import DelegatingBackend
 from app.backends.types import LogItem
+from core.runs import RUN_TERMINAL_TYPES
 
 __all__ = ["ArchivingBackend"]
+
+_STARTED = "run.started"
+_HOOKED = frozenset({_STARTED, *RUN_TERMINAL_TYPES})
 
 
 class ArchivingBackend(DelegatingBackend):
     def __init__(self, inner: Backend, writer: ArchiveWriter) -> None:
         super().__init__(inner)
         self._writer = writer
+        #: Conversations whose run appended its terminal event here: their next saved meta is
+        #: the run's end, written without delay.
+        self._ended: set[ConversationRef] = set()
 
     async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
         await self._inner.save_meta(ref, meta)
-        self._writer.flush(ref)
+        if ref in self._ended:
+            self._ended.discard(ref)
+            self._writer.flush(ref)
+        else:  # a run's start (or a title): its end, if it comes within the delay, replaces it
+            self._writer.flush(ref, defer=True)
 
     async def delete(self, ref: ConversationRef) -> bool:
         meta = await self._inner.get_meta(ref)
         existed = await self._inner.delete(ref)
+        self._ended.discard(ref)
         self._writer.delete(ref, meta.session_id if meta is not None else None)
         return existed
 
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         entry = await self._inner.append_event(ref, event)
-        if entry.event_type == "run.started":  # archived as started
-            self._writer.flush(ref)
+        self._seen(ref, entry.event_type)
         return entry
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
         entries = await self._inner.append_batch(ref, items)
-        if any(entry.event_type == "run.started" for entry in entries):  # archived as started
-            self._writer.flush(ref)
+        for entry in entries:
+            if entry.event_type in _HOOKED:
+                self._seen(ref, entry.event_type)
         return entries
+
+    def _seen(self, ref: ConversationRef, event_type: str | None) -> None:
+        if event_type == _STARTED:  # archived as started (if the run lasts)
+            self._writer.flush(ref, defer=True)
+        elif event_type in RUN_TERMINAL_TYPES:
+            self._ended.add(ref)
