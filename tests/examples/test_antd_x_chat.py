@@ -153,10 +153,13 @@ async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway)
     assert len(state["agentState"]["runs"]) == 4
     await screenshot_whole_chat(page, SCREENSHOT)
 
-    # Reload: the key is in the URL, the conversation comes back from the gateway.
+    # Reload: the key is in the URL, the conversation comes back from the gateway, word for word.
+    texts = await page.get_by_test_id("assistant-text").all_text_contents()
     await page.reload()
     await expect(page.get_by_test_id("conversation-key")).to_have_text(KEY)
     await expect(page.get_by_test_id("assistant")).to_have_count(4, timeout=20_000)
+    await expect(page.get_by_test_id("assistant-text")).to_have_text(texts)
+    await expect(page.get_by_test_id("think")).to_have_count(1)
     statuses = await page.get_by_test_id("run-status").all_text_contents()
     assert statuses == ["completed", "completed", "completed", "cancelled"]
     await expect(page.get_by_test_id("user-text")).to_have_count(4)
