@@ -210,6 +210,39 @@ test("a connection dropped while the text streams resumes it: the same run, no w
   }
 });
 
+test("behind a queued run, the message is the request's own run (the stream's X-Run-Id)", { skip: NEEDS_GATEWAY }, async () => {
+  const { conversationKey, provider } = setup("queued", { multitask: "enqueue" });
+  const post = (tail, body) => fetch(`${GATEWAY_URL}/v1/conversations/${conversationKey}/${tail}`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  }).then((r) => r.json());
+  const first = await post("runs", { input: { prompt: "weather please" } }); // waits for the app
+  const queued = await post("runs", { input: { prompt: "queued one" }, multitask: "enqueue" });
+  assert.equal(queued.status, "queued");
+  const view = await mountXChat({ provider, conversationKey });
+  try {
+    view.chat.onRequest({ prompt: "mine" });
+    // The stream's answer names the request's run at once, while it is still queued.
+    const mine = await waitFor(() => provider.runId, "the request's run to be accepted");
+    assert.ok(![first.runId, queued.runId].includes(mine));
+    // Let the first run finish: the queued one starts and ends in this stream, then ours.
+    const tool = await waitFor(async () => {
+      const state = await getJSON(`/v1/conversations/${conversationKey}/state`);
+      return Object.values(state.agentState.toolCalls)
+        .find((t) => t.runId === first.runId && t.status === "running");
+    }, "the first run's tool, handed to the app");
+    assert.equal((await post(`tools/${tool.id}/result`, { result: { tempC: 5 } })).command, "tool.submit_result");
+    const last = await waitFor(done(view), "the request's run to succeed");
+    assert.equal(last.message.runId, mine);
+    assert.match(last.message.content, /^You said: mine\./);
+    assert.equal(last.message.content, await gatewayText(conversationKey, mine));
+    assert.equal((await getJSON(`/v1/conversations/${conversationKey}/runs/${queued.runId}`)).status, "completed");
+    assert.equal((await runsOf(conversationKey)).length, 3);
+  } finally {
+    provider.request.detach(); // a failed assertion leaves no stream open
+    view.unmount();
+  }
+});
+
 test("history comes back: loadMessages as defaultMessages shows the earlier turns", { skip: NEEDS_GATEWAY }, async () => {
   const { conversationKey, provider } = setup("history");
   const first = await mountXChat({ provider, conversationKey });
