@@ -12,7 +12,7 @@ import asyncio
 import logging
 import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from typing import Any
 
 from sse_starlette.event import ServerSentEvent
@@ -280,13 +280,18 @@ async def _frames(
             yield frame
 
 
-async def sse_response(gateway: Gateway, ref: ConversationRef, spec: Follow) -> EventSourceResponse:
-    """An SSE response following the conversation's log as ``spec`` says."""
+async def sse_response(
+    gateway: Gateway,
+    ref: ConversationRef,
+    spec: Follow,
+    headers: Mapping[str, str] | None = None,
+) -> EventSourceResponse:
+    """An SSE response following the conversation's log as ``spec`` says (``headers`` added)."""
     settings = gateway.settings.gateway
     slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
     response = _GatewayEventSource(
         _frames(gateway, ref, spec),
-        headers={"Cache-Control": "no-cache"},
+        headers={"Cache-Control": "no-cache", **(headers or {})},
         ping=settings.heartbeat_seconds,
         ping_message_factory=_ping,
         send_timeout=settings.send_timeout_seconds,

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from httpx_sse import aconnect_sse
 from sse_starlette.sse import SendTimeoutError
 
 from app.streams.sse import _send_within
@@ -201,6 +202,35 @@ async def test_post_runs_stream_true(gw: RunningGateway) -> None:
     assert all(f.event == "message" for f in frames)
     assert events[0]["type"] == "run.started" and events[-1]["type"] == "run.completed"
     assert len({e["runId"] for e in events}) == 1
+
+
+async def test_post_runs_stream_true_names_its_run_after_runs_queued_before_it(
+    start_gateway: StartGateway,
+) -> None:
+    provider = ScriptedProvider()
+    gw = await start_gateway(make_settings(), providers={"demo": provider})
+    runs = f"/v1/conversations/{KEY}/runs"
+    body = {"input": {"prompt": "text:3"}, "multitask": "enqueue"}
+    mine = {"Idempotency-Key": "mine"}
+    async with gw.client() as client:
+        first = await start_run(client, KEY, "text:1 gate:first text:1")
+        queued = await start_run(client, KEY, "text:2", multitask="enqueue")
+        assert queued["status"] == "queued"
+        stream = aconnect_sse(
+            client, "POST", runs, params={"stream": "true"}, json=body, headers=mine
+        )
+        async with stream as source:
+            assert source.response.status_code == 200
+            run_id = source.response.headers["x-run-id"]
+            provider.gates["first"].set()
+            frames = [sse async for sse in source.aiter_sse() if sse.data]
+        retried = await client.post(runs, params={"stream": "true"}, json=body, headers=mine)
+    events = events_of(frames)
+    # The queued run starts first in this stream; the header names the stream's own run.
+    assert [e["runId"] for e in events if e["type"] == "run.started"] == [queued["runId"], run_id]
+    assert run_id not in {first["runId"], queued["runId"]}
+    assert (events[-1]["type"], events[-1]["runId"]) == ("run.completed", run_id)
+    assert retried.headers["x-run-id"] == run_id
 
 
 async def test_fifty_subscribers_receive_identical_sequences(gw: RunningGateway) -> None:

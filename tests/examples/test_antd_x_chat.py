@@ -16,13 +16,24 @@ from tests.app.gateway_server import RunningGateway, launch, make_settings
 from tests.clients.js.support import FIXTURE_TEXT, write_fixed_reply
 from tests.examples.support import ROOT
 
-SCREENSHOT = ROOT / "artifacts" / "antd-x-chat.png"
+ARTIFACTS = ROOT / "artifacts"
+#: The whole conversation after the stop and after the provider switch (every card in view),
+#: and two cards while they wait for the app (Approve / Reject, the tool-result form).
+SCREENSHOT = ARTIFACTS / "antd-x-chat.png"
+SWITCHED_SHOT = ARTIFACTS / "antd-x-chat-switched.png"
+APPROVAL_SHOT = ARTIFACTS / "antd-x-chat-approval.png"
+TOOL_FORM_SHOT = ARTIFACTS / "antd-x-chat-tool-form.png"
 KEY = "antd-x-e2e"
 STREAMING = """() => {
     const all = document.querySelectorAll('[data-testid=assistant]');
     const last = all[all.length - 1];
     return !!last && last.dataset.status === 'updating'
         && last.querySelector('[data-testid=assistant-text]').textContent.length > 0;
+}"""
+#: How much taller the page must be for the message list to show every card without scrolling.
+HIDDEN_HEIGHT = """() => {
+    const box = document.querySelector('.ant-bubble-list-scroll-box');
+    return box.scrollHeight - box.clientHeight;
 }"""
 
 pytestmark = [
@@ -56,8 +67,24 @@ async def gateway(example_build: Path, tmp_path: Path) -> AsyncIterator[RunningG
         await running.stop()
 
 
+async def screenshot_whole_chat(page: Page, path: Path) -> None:
+    """A screenshot with the viewport grown until the message list needs no scrolling."""
+    size = page.viewport_size
+    assert size is not None
+    hidden = await page.evaluate(HIDDEN_HEIGHT)
+    await page.set_viewport_size({"width": size["width"], "height": size["height"] + hidden + 40})
+    await page.wait_for_function(f"() => ({HIDDEN_HEIGHT})() <= 0", timeout=10_000)
+    await page.screenshot(path=str(path))
+    await page.set_viewport_size(size)
+
+
 def last_assistant(page: Page) -> Locator:
     return page.get_by_test_id("assistant").last
+
+
+def last_bubble(page: Page) -> Locator:
+    """The bubble around the last assistant message (for a screenshot of the whole card)."""
+    return page.locator(".ant-bubble-content", has=page.get_by_test_id("assistant")).last
 
 
 async def send(page: Page, prompt: str) -> None:
@@ -75,6 +102,7 @@ async def ended(page: Page, count: int, status: str) -> Locator:
 
 
 async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = await browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -82,20 +110,27 @@ async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway)
     await expect(page.get_by_test_id("conversation-key")).to_have_text(KEY)
     await expect(page.get_by_test_id("provider-select")).to_contain_text("demo")
 
-    # A prompt streams into the bubble, then completes.
-    await send(page, "hello stream")
+    # A prompt streams into the bubble, then completes; its reasoning is in a Think.
+    await send(page, "think, then stream")
     await page.wait_for_function(STREAMING, timeout=20_000)
     card = await ended(page, 1, "completed")
     await expect(card.get_by_test_id("assistant-text")).to_have_text(
-        "You said: hello stream. This is the local demo runtime."
+        "You said: think, then stream. This is the local demo runtime."
     )
-    await expect(page.get_by_test_id("user-text").first).to_have_text("hello stream")
+    await expect(page.get_by_test_id("user-text").first).to_have_text("think, then stream")
+    think = card.get_by_test_id("think")
+    await expect(think.locator(".ant-think-status-text")).to_have_text("Planned the answer.")
+    await expect(think.locator(".ant-think-content")).to_have_text(
+        "Let me work out what is being asked and plan the answer."
+    )
 
     # A high-risk approval: Approve in the ThoughtChain, the approved tool runs.
     await send(page, "approve the deploy")
     approve = last_assistant(page).get_by_test_id("approve")
     await expect(approve).to_be_visible(timeout=20_000)
     await expect(last_assistant(page).locator(".ant-tag-red")).to_have_text("high")
+    await expect(last_assistant(page).get_by_test_id("reject")).to_be_visible()
+    await last_bubble(page).screenshot(path=str(APPROVAL_SHOT))
     await approve.click()
     card = await ended(page, 2, "completed")
     await expect(card.get_by_test_id("approval-decision")).to_have_text("approved")
@@ -107,6 +142,7 @@ async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway)
     form = last_assistant(page).get_by_test_id("tool-result-form")
     await expect(form).to_be_visible(timeout=20_000)
     await form.get_by_test_id("tool-result").fill('{"tempC": 7, "sky": "rain"}')
+    await last_bubble(page).screenshot(path=str(TOOL_FORM_SHOT))
     await form.get_by_test_id("tool-submit").click()
     card = await ended(page, 3, "completed")
     await expect(card.get_by_test_id("assistant-text")).to_contain_text(
@@ -126,13 +162,15 @@ async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway)
         state = (await http.get(f"/v1/conversations/{KEY}/state")).json()
     assert record["status"] == "cancelled", record
     assert len(state["agentState"]["runs"]) == 4
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOT), full_page=True)
+    await screenshot_whole_chat(page, SCREENSHOT)
 
-    # Reload: the key is in the URL, the conversation comes back from the gateway.
+    # Reload: the key is in the URL, the conversation comes back from the gateway, word for word.
+    texts = await page.get_by_test_id("assistant-text").all_text_contents()
     await page.reload()
     await expect(page.get_by_test_id("conversation-key")).to_have_text(KEY)
     await expect(page.get_by_test_id("assistant")).to_have_count(4, timeout=20_000)
+    await expect(page.get_by_test_id("assistant-text")).to_have_text(texts)
+    await expect(page.get_by_test_id("think")).to_have_count(1)
     statuses = await page.get_by_test_id("run-status").all_text_contents()
     assert statuses == ["completed", "completed", "completed", "cancelled"]
     await expect(page.get_by_test_id("user-text")).to_have_count(4)
@@ -143,13 +181,15 @@ async def test_antd_x_chat_end_to_end(browser: Browser, gateway: RunningGateway)
     await send(page, "which provider?")
     card = await ended(page, 5, "completed")
     await expect(card.get_by_test_id("assistant-text")).to_have_text(FIXTURE_TEXT)
+    await expect(page.get_by_test_id("provider-select")).to_contain_text("fixed")
+    await screenshot_whole_chat(page, SWITCHED_SHOT)
 
     # Conversations: a new chat, then back to this one from the list.
     await page.get_by_test_id("new-chat").click()
     await expect(page.get_by_test_id("assistant")).to_have_count(0)
     assert KEY not in page.url
     listed = page.get_by_test_id(f"conversation-{KEY}")
-    await expect(listed).to_have_text("hello stream")  # the gateway's title: the first prompt
+    await expect(listed).to_have_text("think, then stream")  # the gateway's title: the first prompt
     await listed.click()
     await expect(page.get_by_test_id("conversation-key")).to_have_text(KEY)
     await expect(page.get_by_test_id("assistant")).to_have_count(5, timeout=20_000)

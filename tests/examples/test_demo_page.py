@@ -6,6 +6,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.app.gateway_server import launch, make_settings
+from tests.examples.support import ROOT
 
 pytestmark = [
     pytest.mark.slow,
@@ -18,6 +19,9 @@ pytestmark = [
         ),
     ),
 ]
+
+#: The page at 1280 px after the failed run: the header on one line, the failure's reason.
+SCREENSHOT = ROOT / "artifacts" / "demo-new-user.png"
 
 HEADER_ON_ONE_LINE = """() => {
     const items = [...document.querySelectorAll('.bar h1, .bar label, .bar .badge, .bar button')];
@@ -68,6 +72,8 @@ async def test_demo_page_fixes(browser: Browser) -> None:
         await expect(reason).to_have_text(
             f"Run failed ({run['error']['code']}): {run['error']['message']}"
         )
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOT))
 
         # An invalid key: Send is off, Enter sends nothing (not to the previous key either).
         posted = len(runs_posted)

@@ -37,7 +37,10 @@ from app.streams.follow import Follow
 from app.streams.snapshot import snapshot_object
 from app.streams.sse import sse_response
 
-__all__ = ["router"]
+__all__ = ["RUN_ID_HEADER", "router"]
+
+#: On a ``?stream=true`` answer: the id of the run the stream is for.
+RUN_ID_HEADER = "X-Run-Id"
 
 router = APIRouter(prefix="/v1/conversations", route_class=GatewayRoute, tags=["conversations"])
 _STREAM_DOC: dict[int | str, dict[str, Any]] = {
@@ -45,6 +48,12 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "With ?stream=true: the SSE stream of this run",
         "content": {"text/event-stream": {}},
+        "headers": {
+            RUN_ID_HEADER: {
+                "description": "The run this stream is for",
+                "schema": {"type": "string"},
+            }
+        },
     },
 }
 
@@ -89,7 +98,9 @@ async def _accept(
             spec = Follow(since=last_event_id, until_run=answer["runId"])
         else:
             spec = Follow(start=answer["cursor"], until_run=answer["runId"])
-        return await sse_response(gateway, ref, spec)
+        # The stream may begin with the end of earlier runs (and runs queued before this one):
+        # the header names the run it is for.
+        return await sse_response(gateway, ref, spec, headers={RUN_ID_HEADER: answer["runId"]})
     return JSON(answer, status_code=202)
 
 

@@ -128,8 +128,10 @@ export declare class AgentGatewayChatProvider
 export declare function contentText(content: MessageContent | undefined): string;
 export declare function assistantMessage(
   state: AgentState, runId: string | undefined): AgentChatAssistantMessage;
+/** `runId`: the request's run when known (the stream's `X-Run-Id` header). */
 export declare function foldChunk(
-  message: AgentChatMessage | undefined, chunk: AgentChatChunk): AgentChatAssistantMessage;
+  message: AgentChatMessage | undefined, chunk: AgentChatChunk, runId?: string,
+): AgentChatAssistantMessage;
 export declare function messagesFromState(agentState: AgentState): ChatMessageInfo[];
 
 export interface ConversationSummary {

@@ -7,7 +7,8 @@
 //   onRequest({ prompt: "hi" });
 //
 // Each onRequest is one gateway run: `POST …/runs?stream=true` with an Idempotency-Key, whose
-// SSE answer is this run's AgentEvents. The assistant message is those events folded with the
+// SSE answer is this run's AgentEvents (its `X-Run-Id` header names the run: the stream may
+// begin with the end of runs queued before it). The assistant message is those events folded with the
 // protocol's reducer (agent-reducer.js), so text, reasoning, tools, approvals, tasks and
 // artifacts are on it for rendering. A dropped stream is resumed by re-sending the same POST
 // with the same Idempotency-Key and `Last-Event-ID` (http-api.md "?stream=true"): the same run
@@ -20,6 +21,8 @@ import { applyAgentEvent, createInitialAgentState, entityKey } from "./agent-red
 import { readSSE } from "./sse.js";
 
 const RUN_TERMINALS = new Set(["run.completed", "run.failed", "run.cancelled"]);
+/** The response header naming the run a `?stream=true` answer is for (http-api.md). */
+const RUN_ID_HEADER = "x-run-id";
 const MAP_OF_KIND = {
   message: "messages", reasoning: "reasoning", tool: "toolCalls", approval: "approvals",
   task: "tasks", artifact: "artifacts",
@@ -96,17 +99,21 @@ export function assistantMessage(state, runId) {
   return message;
 }
 
-/** The first run that a chunk names: the run this request started (see `runIdOf`). */
+/** The run a chunk names first: the request's run when the gateway did not name it. */
 function runIdOfChunk(chunk) {
   if (chunk?.type === "run.started") return chunk.runId;
   if (chunk?.type === "snapshot") return chunk.runId;
   return undefined;
 }
 
-/** Folds one chunk (an AgentEvent, or a `{type: "snapshot"}` frame) into a message. */
-export function foldChunk(message, chunk) {
+/**
+ * Folds one chunk (an AgentEvent, or a `{type: "snapshot"}` frame) into a message. `runId` is
+ * the request's run when known (the stream's `X-Run-Id`): the stream may begin with the end of
+ * runs queued before it, so its first `run.started` is not always the request's.
+ */
+export function foldChunk(message, chunk, runId = undefined) {
   const base = message?.state ?? createInitialAgentState();
-  let runId = message?.runId ?? runIdOfChunk(chunk);
+  runId = message?.runId ?? runId ?? runIdOfChunk(chunk);
   let state = base;
   if (chunk?.type === "snapshot") {
     state = structuredClone(chunk.agentState ?? createInitialAgentState());
@@ -264,6 +271,7 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
             throw new GatewayRequestError(response.status, await response.json().catch(() => null));
           }
           headers = response.headers;
+          this._sawRun(current, headers.get(RUN_ID_HEADER) ?? undefined);
           for await (const frame of readSSE(response.body)) {
             if (frame.id !== undefined) lastEventId = frame.id;
             failures = 0;
@@ -370,11 +378,12 @@ export class AgentGatewayChatProvider extends AbstractChatProvider {
     return { role: "user", content: prompt ?? "" };
   }
 
-  transformMessage({ originMessage, chunk, chunks }) {
-    if (chunk !== undefined) return foldChunk(originMessage, chunk);
+  transformMessage({ originMessage, chunk, chunks, responseHeaders }) {
+    const runId = responseHeaders?.get?.(RUN_ID_HEADER) ?? undefined;
+    if (chunk !== undefined) return foldChunk(originMessage, chunk, runId);
     if (originMessage) return originMessage;
-    return (chunks ?? []).reduce((message, item) => foldChunk(message, item), undefined)
-      ?? assistantMessage(createInitialAgentState(), undefined);
+    return (chunks ?? []).reduce((message, item) => foldChunk(message, item, runId), undefined)
+      ?? assistantMessage(createInitialAgentState(), runId);
   }
 
   // -- commands ------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ async function gatewayText(conversationKey, runId) {
 }
 
 const done = (view) => () => view.last?.status === "success" && view.last;
+/** The assistant's text has begun (the user's message, last until the run answers, does not count). */
+const firstWords = (view) => () => view.last?.message?.role === "assistant" && view.last.message.content.length > 0;
 
 test("text streams into the assistant message, one run, the gateway's exact text", { skip: NEEDS_GATEWAY }, async () => {
   const { conversationKey, provider } = setup("text");
@@ -124,7 +126,7 @@ test("abort() cancels the run on the gateway: run.cancelled, message status abor
   const { conversationKey, provider } = setup("abort");
   const view = await mountXChat({ provider, conversationKey });
   view.chat.onRequest({ prompt: "slow please" });
-  await waitFor(() => view.last?.message?.content?.length > 0, "the first words");
+  await waitFor(firstWords(view), "the first words");
   view.chat.abort();
   const last = await waitFor(() => view.last?.status === "abort" && view.last, "the abort");
   assert.equal(last.message.status, "cancelled");
@@ -174,6 +176,70 @@ test("a dropped connection mid-answer resumes the same run: no second run, no ga
     view.unmount();
   } finally {
     await proxy.close();
+  }
+});
+
+test("a connection dropped while the text streams resumes it: the same run, no word lost", { skip: NEEDS_GATEWAY }, async () => {
+  const proxy = await startProxy(GATEWAY_URL);
+  try {
+    const { conversationKey, provider } = setup("drop-text", { baseUrl: proxy.url, retryInterval: 50 });
+    const view = await mountXChat({ provider, conversationKey });
+    view.chat.onRequest({ prompt: "slow please" }); // about 2 minutes of text, word by word
+    await waitFor(firstWords(view), "the first words");
+    const before = view.last.message.content;
+    proxy.dropAll();
+    await waitFor(
+      () => view.last?.message?.content?.length > before.length + 40, "more words after the drop",
+    );
+    view.chat.abort(); // enough text seen: end the run rather than wait for all of it
+    const last = await waitFor(() => view.last?.status === "abort" && view.last, "the abort");
+    const posts = proxy.requests.filter((head) => /^POST \/v1\/conversations\/[^ ]+\/runs\?stream=true /.test(head));
+    assert.ok(posts.length >= 2, `a second POST of the run after the drop (${posts.length})`);
+    const keys = posts.map((head) => /^idempotency-key: (.+)$/im.exec(head)?.[1]);
+    assert.equal(new Set(keys).size, 1, "the same Idempotency-Key");
+    assert.match(posts[1], /^last-event-id: .+$/im);
+    const runs = await runsOf(conversationKey);
+    assert.equal(runs.length, 1);
+    assert.equal(last.message.runId, runs[0].id);
+    assert.deepEqual(last.message.state.issues, []);
+    assert.ok(last.message.content.startsWith(before), "the text before the drop is kept");
+    assert.equal(last.message.content, await gatewayText(conversationKey, runs[0].id));
+    view.unmount();
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("behind a queued run, the message is the request's own run (the stream's X-Run-Id)", { skip: NEEDS_GATEWAY }, async () => {
+  const { conversationKey, provider } = setup("queued", { multitask: "enqueue" });
+  const post = (tail, body) => fetch(`${GATEWAY_URL}/v1/conversations/${conversationKey}/${tail}`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  }).then((r) => r.json());
+  const first = await post("runs", { input: { prompt: "weather please" } }); // waits for the app
+  const queued = await post("runs", { input: { prompt: "queued one" }, multitask: "enqueue" });
+  assert.equal(queued.status, "queued");
+  const view = await mountXChat({ provider, conversationKey });
+  try {
+    view.chat.onRequest({ prompt: "mine" });
+    // The stream's answer names the request's run at once, while it is still queued.
+    const mine = await waitFor(() => provider.runId, "the request's run to be accepted");
+    assert.ok(![first.runId, queued.runId].includes(mine));
+    // Let the first run finish: the queued one starts and ends in this stream, then ours.
+    const tool = await waitFor(async () => {
+      const state = await getJSON(`/v1/conversations/${conversationKey}/state`);
+      return Object.values(state.agentState.toolCalls)
+        .find((t) => t.runId === first.runId && t.status === "running");
+    }, "the first run's tool, handed to the app");
+    assert.equal((await post(`tools/${tool.id}/result`, { result: { tempC: 5 } })).command, "tool.submit_result");
+    const last = await waitFor(done(view), "the request's run to succeed");
+    assert.equal(last.message.runId, mine);
+    assert.match(last.message.content, /^You said: mine\./);
+    assert.equal(last.message.content, await gatewayText(conversationKey, mine));
+    assert.equal((await getJSON(`/v1/conversations/${conversationKey}/runs/${queued.runId}`)).status, "completed");
+    assert.equal((await runsOf(conversationKey)).length, 3);
+  } finally {
+    provider.request.detach(); // a failed assertion leaves no stream open
+    view.unmount();
   }
 });
 

@@ -10,11 +10,11 @@ import TestRenderer, { act } from "react-test-renderer";
 export const GATEWAY_URL = process.env.AGENT_GATEWAY_URL ?? "";
 export const NEEDS_GATEWAY = GATEWAY_URL ? false : "needs AGENT_GATEWAY_URL (a running gateway)";
 
-/** Resolves once `predicate()` is truthy (checked every 10 ms), rejects after `timeoutMs`. */
+/** Resolves once `predicate()` (or the promise it returns) is truthy (checked every 10 ms), rejects after `timeoutMs`. */
 export async function waitFor(predicate, what, timeoutMs = 20000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const value = predicate();
+    const value = await predicate();
     if (value) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 10));

@@ -32,4 +32,4 @@ async def test_chat_provider_node_tests_pass_against_a_real_gateway(
         await gateway.stop()
     assert run.returncode == 0, run.output
     assert run.counts["fail"] == 0 and run.counts["skipped"] == 0, run.output
-    assert run.counts["pass"] == 12, run.output
+    assert run.counts["pass"] == 14, run.output
