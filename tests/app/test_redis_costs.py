@@ -76,6 +76,7 @@ async def two_gateways(settings: Settings) -> AsyncIterator[tuple[RunningGateway
             await gateway.stop()
 
 
+@pytest.mark.only_backend("redis", reason="counts the commands a run costs a private Redis")
 async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

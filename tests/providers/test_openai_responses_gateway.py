@@ -43,6 +43,9 @@ async def test_tool_result_over_http_and_the_next_run_carries_the_first(
     start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    # The gateway's logging setup (run by other tests in this worker) keeps these at WARNING.
+    for name in ("httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
     responses = [
         responses_frames(
             reasoning="Check the weather.",
