@@ -49,7 +49,8 @@ class RedisAppends(EventAppender):
         def fold(state: ConversationState) -> None:
             for item in items:
                 if item.event is not None:
-                    state.store.dispatch(item.event)
+                    # An event the runner checked (protocol.md §6) is not validated twice.
+                    state.store.dispatch(item.event, validated=item.checked)
                 else:
                     state.extensions[item.key] = item.value
 
