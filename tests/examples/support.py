@@ -5,9 +5,20 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.clients.js.support import CLIENT, ensure_node_modules, npm
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The browser end-to-end tests run on the memory backend only.
+BROWSER_E2E_ON_MEMORY = pytest.mark.only_backend(
+    "memory",
+    reason=(
+        "a browser end-to-end test of the page itself; the routes it calls run on both"
+        " backends in tests/app and tests/clients/js, and Redis would double its minutes"
+        " of browser time"
+    ),
+)
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
     "--headless",

@@ -14,7 +14,7 @@ from playwright.async_api import Browser, Locator, Page, expect
 
 from tests.app.gateway_server import RunningGateway, launch, make_settings
 from tests.clients.js.support import FIXTURE_TEXT, write_fixed_reply
-from tests.examples.support import ROOT
+from tests.examples.support import BROWSER_E2E_ON_MEMORY, ROOT
 
 ARTIFACTS = ROOT / "artifacts"
 #: The whole conversation after the stop and after the provider switch (every card in view),
@@ -39,14 +39,7 @@ HIDDEN_HEIGHT = """() => {
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.only_backend(
-        "memory",
-        reason=(
-            "a browser end-to-end test of the page itself; the routes it calls run on both"
-            " backends in tests/app and tests/clients/js, and Redis would double its minutes"
-            " of browser time"
-        ),
-    ),
+    BROWSER_E2E_ON_MEMORY,
 ]
 
 

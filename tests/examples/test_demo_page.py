@@ -6,18 +6,11 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.app.gateway_server import launch, make_settings
-from tests.examples.support import ROOT
+from tests.examples.support import BROWSER_E2E_ON_MEMORY, ROOT
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.only_backend(
-        "memory",
-        reason=(
-            "a browser end-to-end test of the page itself; the routes it calls run on both"
-            " backends in tests/app and tests/clients/js, and Redis would double its minutes"
-            " of browser time"
-        ),
-    ),
+    BROWSER_E2E_ON_MEMORY,
 ]
 
 #: The page at 1280 px after the failed run: the header on one line, the failure's reason.

@@ -35,6 +35,21 @@ const done = (view) => () => view.last?.status === "success" && view.last;
 /** The assistant's text has begun (the user's message, last until the run answers, does not count). */
 const firstWords = (view) => () => view.last?.message?.role === "assistant" && view.last.message.content.length > 0;
 
+
+/** The POSTs a dropped request sent (the first and its retries) made one run, resumed:
+ * the same Idempotency-Key, a Last-Event-ID on the retry, the message of that run, no issues. */
+async function assertResumedOnce(posts, conversationKey, last) {
+  assert.ok(posts.length >= 2, `a second POST of the run after the drop (${posts.length})`);
+  const keys = posts.map((head) => /^idempotency-key: (.+)$/im.exec(head)?.[1]);
+  assert.equal(new Set(keys).size, 1, "the same Idempotency-Key");
+  assert.match(posts[1], /^last-event-id: .+$/im);
+  const runs = await runsOf(conversationKey);
+  assert.equal(runs.length, 1);
+  assert.equal(last.message.runId, runs[0].id);
+  assert.deepEqual(last.message.state.issues, []);
+  return runs;
+}
+
 test("text streams into the assistant message, one run, the gateway's exact text", { skip: NEEDS_GATEWAY }, async () => {
   const { conversationKey, provider } = setup("text");
   const view = await mountXChat({ provider, conversationKey });
@@ -162,14 +177,7 @@ test("a dropped connection mid-answer resumes the same run: no second run, no ga
     proxy.dropAll();
     const last = await waitFor(done(view), "the run to succeed after the drop");
     const posts = proxy.requests.filter((head) => head.startsWith("POST /v1/conversations/"));
-    assert.ok(posts.length >= 2, `a second POST after the drop (${posts.length})`);
-    const keys = posts.map((head) => /^idempotency-key: (.+)$/im.exec(head)?.[1]);
-    assert.equal(new Set(keys).size, 1, "the same Idempotency-Key");
-    assert.match(posts[1], /^last-event-id: .+$/im);
-    const runs = await runsOf(conversationKey);
-    assert.equal(runs.length, 1);
-    assert.equal(last.message.runId, runs[0].id);
-    assert.deepEqual(last.message.state.issues, []);
+    const runs = await assertResumedOnce(posts, conversationKey, last);
     assert.equal(last.message.content, await gatewayText(conversationKey, runs[0].id));
     assert.deepEqual(last.message.tasks.map((t) => [t.status, t.progress]), [["completed", 100]]);
     assert.equal(last.message.artifacts[0].status, "completed");
@@ -194,14 +202,7 @@ test("a connection dropped while the text streams resumes it: the same run, no w
     view.chat.abort(); // enough text seen: end the run rather than wait for all of it
     const last = await waitFor(() => view.last?.status === "abort" && view.last, "the abort");
     const posts = proxy.requests.filter((head) => /^POST \/v1\/conversations\/[^ ]+\/runs\?stream=true /.test(head));
-    assert.ok(posts.length >= 2, `a second POST of the run after the drop (${posts.length})`);
-    const keys = posts.map((head) => /^idempotency-key: (.+)$/im.exec(head)?.[1]);
-    assert.equal(new Set(keys).size, 1, "the same Idempotency-Key");
-    assert.match(posts[1], /^last-event-id: .+$/im);
-    const runs = await runsOf(conversationKey);
-    assert.equal(runs.length, 1);
-    assert.equal(last.message.runId, runs[0].id);
-    assert.deepEqual(last.message.state.issues, []);
+    const runs = await assertResumedOnce(posts, conversationKey, last);
     assert.ok(last.message.content.startsWith(before), "the text before the drop is kept");
     assert.equal(last.message.content, await gatewayText(conversationKey, runs[0].id));
     view.unmount();

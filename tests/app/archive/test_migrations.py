@@ -46,31 +46,29 @@ async def test_upgrade_from_the_first_revision_keeps_the_rows(database: Database
     assert await database.query("SELECT count(*) FROM archive_tombstones") == [(0,)]
 
 
+async def migrate_command(config: Path) -> subprocess.CompletedProcess[str]:
+    """``agent-gateway migrate --config CONFIG`` as a real process."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", "migrate", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 async def test_the_migrate_command_brings_an_empty_database_to_the_newest_revision(
     database: Database, tmp_path: Path
 ) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text(f'[archive]\nurl = "{database.url}"\n')
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "migrate", "--config", str(config)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = await migrate_command(config)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("at revision 0003")
     assert await database.query("SELECT count(*) FROM archived_conversations") == [(0,)]
 
     config.write_text('[archive]\nurl = ""\n')  # the archive off: nothing to migrate
-    refused = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app.cli", "migrate", "--config", str(config)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = await migrate_command(config)
     assert refused.returncode == 2
     assert "[archive] url is not set" in refused.stderr
