@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.backend import RedisBackend, RunFenced
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
+from app.backends.redis.packing import pack_with_hiredis
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -51,6 +52,7 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         health_check_interval=15,
     )
+    pack_with_hiredis(pool)
     return Redis.from_pool(pool)  # the client owns (and closes) its pool, as from_url does
 
 
