@@ -3,9 +3,10 @@
 redis-py's asyncio ``pack_command`` joins each argument onto a growing buffer in Python: for an
 append of 64 events (4 arguments each) that was ~10 % of the gateway's CPU on a Redis stream
 (py-spy, one 20,000-chunk stream). Its synchronous client already packs with hiredis when it is
-installed; this gives the asyncio connections of our pool the same, with the same arguments:
-the command name split as redis-py splits it, every argument encoded by the connection's own
-encoder (so strings, numbers and bytes go out exactly as before).
+installed; this gives the asyncio connections of our pool the same, byte for byte: the command
+name split as redis-py splits it, numbers and views through the connection's own encoder, and
+str and bytes handed to hiredis as they are while that encoder is strict UTF-8 (the default),
+which is how hiredis encodes str too.
 """
 
 from __future__ import annotations
