@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import pytest
 from redis.asyncio import Redis
 
 from app.backends.redis.claims import Ownership
 from app.backends.redis.control import ABORT_FLAG_TTL_MS, Control, ControlBus, OwnerInbox
 from app.backends.redis.keys import ConversationKeys
-from tests.app.redis_support import shared_redis, unique_prefix
+from tests.app.redis_support import prefix, redis
 from tests.support import eventually, eventually_async
 
-
-@pytest.fixture
-async def prefix() -> str:
-    return unique_prefix()
-
-
-@pytest.fixture
-async def redis(prefix: str) -> AsyncIterator[Redis]:
-    async with shared_redis(prefix) as client:
-        yield client
+__all__ = ["prefix", "redis"]  # fixtures
 
 
 def keys_for(prefix: str, key: str) -> ConversationKeys:
