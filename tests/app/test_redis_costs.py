@@ -175,3 +175,32 @@ async def test_one_instance_follows_more_conversations_at_once_than_a_pool_of_10
             await redis.aclose()
     assert all(r.status == "ok" for r in results)
     assert [[e.event_type for e in r.entries] for r in results] == [["run.started"]] * count
+
+
+async def test_a_new_conversation_costs_the_same_reads_whatever_the_principal_has() -> None:
+    """Reserving a principal's new conversation is a few commands however many conversations
+    it already has (not one read per listed conversation); the index is pruned of expired
+    conversations only when it reads full, and then an expired one no longer counts."""
+    have = 300
+    with private_redis() as server:
+        backend = create_redis_backend(settings_for(server))
+        redis = Redis.from_url(server.url)
+        try:
+            await backend.start()
+            refs = [ConversationRef("many", f"c{n}") for n in range(have)]
+            for ref in refs:
+                await backend.create_conversation(ref, meta())
+            await redis.config_resetstat()
+            assert await backend.reserve_conversation(ConversationRef("many", "new"), have + 10)
+            calls = await command_calls(redis)
+            assert sum(calls.values()) < 10, calls  # no HGET of the 300 listed metas
+
+            # Full at the cap; a conversation that expired (its meta gone, still listed) makes
+            # room again: the full answer prunes the index before it stands.
+            cap = have + 1  # "new" is reserved: the index lists have + 1
+            assert not await backend.reserve_conversation(ConversationRef("many", "x"), cap)
+            await redis.delete(backend.keys(refs[0]).meta)  # as conversation_ttl_seconds does
+            assert await backend.reserve_conversation(ConversationRef("many", "x"), cap)
+        finally:
+            await backend.close()
+            await redis.aclose()

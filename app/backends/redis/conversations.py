@@ -84,7 +84,15 @@ class RedisConversations(ConversationStore):
         if await self.get_meta(ref) is not None:
             return True
         index = principal_index_key(ref.principal, self._i.prefix)
-        await self.list_conversations(ref.principal)  # drops the expired from the index first
+        if await self._try_reserve(index, ref, limit):
+            return True
+        # Full, as far as the index says: it may still list conversations that expired
+        # (conversation_ttl_seconds). Listing drops them; only then is "full" the answer. Listing
+        # first every time would cost one read per conversation the principal has, per new one.
+        await self.list_conversations(ref.principal)
+        return await self._try_reserve(index, ref, limit)
+
+    async def _try_reserve(self, index: str, ref: ConversationRef, limit: int) -> bool:
         with unavailable():
             reservation = f"{RESERVED_PREFIX}{int(time.time() * 1000)}"
             res = await self._reserve(keys=[index], args=[ref.key, limit, reservation])
