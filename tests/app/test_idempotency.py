@@ -283,8 +283,9 @@ async def test_a_run_accepted_by_a_killed_instance_is_what_the_retry_answers(
                 httpx.AsyncClient(base_url=b.url, timeout=60) as cb,
             ):
                 earlier = []
-                if multitask == "enqueue":  # A's run waits behind this one
-                    earlier.append((await start_run(cb, KEY, "text:1 sleep:2"))["runId"])
+                if multitask == "enqueue":  # A's run waits behind this one, until it is approved
+                    earlier.append((await start_run(cb, KEY, "approval:a1 text:1"))["runId"])
+                    await wait_state(cb, KEY, lambda s: bool(s["agentState"]["approvals"]))
                 body = {"input": {"prompt": prompt}, "multitask": multitask}
                 first = asyncio.ensure_future(ca.post(RUNS, json=body, headers=idem("dies-2")))
 
@@ -300,6 +301,12 @@ async def test_a_run_accepted_by_a_killed_instance_is_what_the_retry_answers(
                 answer = retry.json()
                 assert answer["status"] == ("queued" if multitask == "enqueue" else "started")
                 run_id = answer["runId"]
+                if earlier:
+                    queued = await cb.get(f"{RUNS}/{run_id}")
+                    assert queued.json()["status"] == "queued", queued.text
+                    approve = f"/v1/conversations/{KEY}/approvals/a1"
+                    approved = await cb.post(approve, json={"decision": "approved"})
+                    assert approved.status_code == 202, approved.text
                 record = await cb.get(f"{RUNS}/{run_id}/wait", params={"timeout": 30})
                 assert record.status_code == 200, record.text
                 assert record.json()["status"] == end.removeprefix("run."), record.text
