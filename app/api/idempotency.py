@@ -16,6 +16,12 @@ out while it works; a claimer that died with its instance (or whose claim Redis 
 so, and its claim expires within ``CLAIM_TTL_SECONDS``, so a retry is answered in seconds.
 Everything goes through ``idempotency_get``/``idempotency_put`` (set-if-absent) and
 ``idempotency_refresh``, which both backends implement atomically.
+
+A request that accepts a run (:func:`idempotent_run`) hands the backend its answer to store in
+the very step that accepts the run (the run slot's claim, or the queued run's ticket): if its
+instance dies before it stores the answer here, the retry that claims the key next finds that
+answer with the conversation (``accepted_answer``) and replays it, instead of starting a
+second run.
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ import orjson
 
 from app.api.errors import ApiError
 from app.backends import Backend, ConversationRef, IdempotencyRecord
+from app.backends.types import AcceptedAnswer
 from app.gateway import Gateway
+from app.runs.manager import AnswerOf
 
-__all__ = ["CLAIM_TTL_SECONDS", "idempotent"]
+__all__ = ["CLAIM_TTL_SECONDS", "idempotent", "idempotent_run"]
 
 #: How long a claim outlives its claimer's last sign of life (it is refreshed every
 #: ``CLAIM_REFRESH_SECONDS`` while the request is processed).
@@ -47,6 +55,10 @@ _POLL_SECONDS = 0.02
 STORE_RETRY_SECONDS = 5.0
 logger = logging.getLogger(__name__)
 _locks: dict[str, asyncio.Lock] = {}
+#: The status of every remembered answer (only accepted requests are remembered).
+_ACCEPTED = 202
+Produce = Callable[[], Awaitable[dict[str, Any]]]
+Recall = Callable[[], Awaitable[IdempotencyRecord | None]]
 
 
 def _digest(*parts: bytes) -> str:
@@ -69,26 +81,66 @@ async def idempotent(
     header_key: str | None,
     route: str,
     body: Any,
-    produce: Callable[[], Awaitable[dict[str, Any]]],
+    produce: Produce,
     derived_from: Callable[[], Awaitable[tuple[str, ...]]] | None = None,
 ) -> dict[str, Any]:
     """``produce()``'s answer, or the answer of the first request with the same key.
 
     ``derived_from`` adds parts to a derived key (none when the client sent a key)."""
-    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    fingerprint = _digest(ref.key.encode(), route.encode(), canonical)
-    if header_key:  # a client's key: one per principal, whatever the conversation
-        principal = _digest(ref.principal.encode())
-        scope = f"key:{principal}:{_digest(header_key.encode())}"
+    fingerprint = _fingerprint(ref, route, body)
+    if header_key:
+        scope = _header_scope(ref, header_key)
     else:
         extra = () if derived_from is None else await derived_from()
         derived = _digest(fingerprint.encode(), *(part.encode() for part in extra))
         scope = f"derived:{ref.digest}:{derived}"
+    return await _serialized(gateway, scope, fingerprint, produce, None)
+
+
+async def idempotent_run(
+    gateway: Gateway,
+    ref: ConversationRef,
+    header_key: str,
+    route: str,
+    body: Any,
+    accept: Callable[[AnswerOf], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """``idempotent`` for a request that accepts a run: ``accept(answer_of)`` passes
+    ``answer_of`` on to the run manager, whose backend stores the answer with the run in the
+    step that accepts it; a retry finds it there when its first request's instance died
+    before answering (exactly one run accepted per key)."""
+    fingerprint = _fingerprint(ref, route, body)
+    scope = _header_scope(ref, header_key)
+    ttl = gateway.settings.gateway.idempotency_ttl_seconds
+    backend = gateway.backend
+
+    def answer_of(answer: dict[str, Any]) -> AcceptedAnswer:
+        return AcceptedAnswer(scope, IdempotencyRecord(fingerprint, _ACCEPTED, answer), ttl)
+
+    async def recall() -> IdempotencyRecord | None:
+        return await backend.accepted_answer(ref, scope)
+
+    return await _serialized(gateway, scope, fingerprint, lambda: accept(answer_of), recall)
+
+
+def _fingerprint(ref: ConversationRef, route: str, body: Any) -> str:
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return _digest(ref.key.encode(), route.encode(), canonical)
+
+
+def _header_scope(ref: ConversationRef, header_key: str) -> str:
+    """A client's key: one per principal, whatever the conversation."""
+    return f"key:{_digest(ref.principal.encode())}:{_digest(header_key.encode())}"
+
+
+async def _serialized(
+    gateway: Gateway, scope: str, fingerprint: str, produce: Produce, recall: Recall | None
+) -> dict[str, Any]:
     ttl = gateway.settings.gateway.idempotency_ttl_seconds
     lock = _locks.setdefault(scope, asyncio.Lock())
     try:
         async with lock:  # retries on this instance queue here instead of polling
-            return await _once(gateway.backend, scope, fingerprint, ttl, produce)
+            return await _once(gateway.backend, scope, fingerprint, ttl, produce, recall)
     finally:
         if not lock.locked():
             _locks.pop(scope, None)
@@ -99,8 +151,11 @@ async def _once(
     scope: str,
     fingerprint: str,
     ttl: float,
-    produce: Callable[[], Awaitable[dict[str, Any]]],
+    produce: Produce,
+    recall: Recall | None = None,
 ) -> dict[str, Any]:
+    """The first answer under ``scope``; ``produce()`` once this request holds its claim and
+    ``recall()`` (the answer an earlier claimer's work left behind) finds none."""
     generation = 0
     while True:
         answer = await backend.idempotency_get(scope)
@@ -117,9 +172,15 @@ async def _once(
                 continue  # another request claimed it first: look again
             keepalive = asyncio.create_task(_keep_claim(backend, claim_scope))
             try:
+                earlier = None if recall is None else await recall()
+                if earlier is not None:  # accepted by a claimer that died before answering
+                    if earlier.fingerprint != fingerprint:
+                        raise _reused()
+                    await _store_answer(backend, scope, earlier, ttl)
+                    return earlier.body
                 result = await produce()
                 await _store_answer(
-                    backend, scope, IdempotencyRecord(fingerprint, 202, result), ttl
+                    backend, scope, IdempotencyRecord(fingerprint, _ACCEPTED, result), ttl
                 )
                 return result
             finally:  # answered (or refused): the claim no longer holds the key

@@ -9,6 +9,7 @@ from typing import Any
 from app.backends.base import Backend
 from app.backends.limit_store import LimitStore
 from app.backends.types import (
+    AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -110,8 +111,10 @@ class DelegatingBackend(Backend):
         self._inner.wake_readers()
 
     # --- runs ----------------------------------------------------------------------------
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
-        return await self._inner.claim_run(ref, control)
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
+        return await self._inner.claim_run(ref, control, answer)
 
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
         await self._inner.release_run(ref, run_id)
@@ -135,9 +138,17 @@ class DelegatingBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
-        return await self._inner.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
+        return await self._inner.enqueue_run(
+            ref, run, limit=limit, interrupt=interrupt, answer=answer
+        )
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self._inner.drop_run(ref, run_id)
@@ -163,6 +174,9 @@ class DelegatingBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self._inner.idempotency_refresh(scope, ttl)
+
+    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
+        return await self._inner.accepted_answer(ref, scope)
 
     # --- webhooks ------------------------------------------------------------------------
     def webhook_outbox(self) -> WebhookOutbox | None:

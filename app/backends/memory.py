@@ -18,6 +18,7 @@ from typing import Any
 from app.backends.base import Backend
 from app.backends.types import (
     EMPTY_CURSOR,
+    AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -367,7 +368,9 @@ class MemoryBackend(Backend):
             notifier.notify()
 
     # --- runs ----------------------------------------------------------------------------
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
         if ref in self._runs:
             return False
         self._runs[ref] = control
@@ -419,7 +422,13 @@ class MemoryBackend(Backend):
     # One instance: the RunManager's own per-conversation queue is the whole queue, so the
     # backend keeps none (every run may claim the slot; nothing is dropped elsewhere).
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
         return True
 
@@ -457,6 +466,9 @@ class MemoryBackend(Backend):
             return False
         self._idempotency[scope] = (time.time() + ttl, item[1])
         return True
+
+    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
+        return None  # the answer is stored in this process, or the process is gone with it
 
     # --- webhooks ------------------------------------------------------------------------
     def webhook_outbox(self) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.backends.types import (
+    AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -176,8 +177,11 @@ class RunSlots(Protocol):
     """One active run per conversation: claiming, releasing and naming the slot's holder."""
 
     @abstractmethod
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
-        """Take the conversation's run slot for ``control.run_id``; False when it is taken."""
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
+        """Take the conversation's run slot for ``control.run_id``; False when it is taken.
+        ``answer`` (a run accepted by this claim) is stored with the claim, atomically."""
 
     @abstractmethod
     async def release_run(self, ref: ConversationRef, run_id: str) -> None: ...
@@ -234,10 +238,17 @@ class QueuedRuns(Protocol):
 
     @abstractmethod
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
         """Queue ``run`` last; False when ``limit`` runs wait. With ``interrupt`` every run
         already waiting is cancelled (it still takes the slot in its turn, already aborted).
+        ``answer`` is stored with the run's ticket, atomically (see ``accepted_answer``).
 
         Until it is first, ``claim_run`` refuses it; while runs wait, it refuses a run that
         was not queued. A run cancelled while queued gets its control aborted by its claim.
@@ -279,6 +290,13 @@ class IdempotencyStore(Protocol):
     @abstractmethod
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         """Push the scope's expiry ``ttl`` seconds out; False when it holds no record."""
+
+    @abstractmethod
+    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
+        """The answer ``claim_run`` / ``enqueue_run`` stored with a run they accepted under
+        ``scope`` (kept its ``ttl``): found even when the accepting instance died before it
+        stored the answer with ``idempotency_put``. One instance (memory): always None, since
+        nothing outlives the process that would have stored it."""
 
 
 class WebhookSupport(Protocol):

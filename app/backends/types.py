@@ -17,6 +17,7 @@ from providers.contract import Command
 
 __all__ = [
     "EMPTY_CURSOR",
+    "AcceptedAnswer",
     "ConversationMeta",
     "ConversationRef",
     "IdempotencyRecord",
@@ -228,6 +229,17 @@ class IdempotencyRecord:
     fingerprint: str
     status: int
     body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedAnswer:
+    """The answer of a run accepted under an ``Idempotency-Key``: the backend stores it with
+    the conversation in the same atomic step that accepts the run (its claim or its ticket),
+    so a retry finds that run even if the accepting instance died before it answered."""
+
+    scope: str
+    record: IdempotencyRecord
+    ttl: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from app.api.errors import ApiError
 from app.archive import Archive
 from app.backends import Backend, ConversationMeta, ConversationRef
-from app.backends.types import QueuedRun
+from app.backends.types import AcceptedAnswer, QueuedRun
 from app.config import Settings
 from app.ids import new_run_id, new_session_id
 from app.observability.metrics import GatewayMetrics
@@ -35,7 +35,7 @@ from app.runs.catalog import ProviderCatalog
 from app.runs.execute import ActiveRun, RunRequest, execute_run, title_of
 from app.runs.limits import GatewayLimits, check_json_size
 
-__all__ = ["RunManager", "Submission"]
+__all__ = ["AnswerOf", "RunManager", "Submission"]
 
 logger = logging.getLogger("app.runs")
 Multitask = Literal["reject", "interrupt", "enqueue"]
@@ -47,6 +47,8 @@ SLOT_WAIT_FALLBACK_SECONDS = 2.0
 CLAIM_RETRY_FIRST_SECONDS = 0.1
 CLAIM_RETRY_MAX_SECONDS = 2.0
 Turn = Literal["claimed", "dropped", "later"]
+#: Turns the 202 body of a run into the idempotent answer stored with its acceptance.
+AnswerOf = Callable[[dict[str, Any]], AcceptedAnswer]
 
 
 @dataclass(slots=True)
@@ -129,7 +131,11 @@ class RunManager:
         multitask: Multitask | None,
         *,
         reload: bool = False,
+        answer_of: AnswerOf | None = None,
     ) -> Submission:
+        """Accept a run (or refuse it with an ``ApiError``). ``answer_of`` (a request with an
+        ``Idempotency-Key``) turns the 202 body into the answer the backend stores in the
+        step that accepts the run."""
         if self.shutting_down:
             raise ApiError(503, "shutting_down", "The gateway is shutting down.")
         policy = multitask or self.settings.gateway.multitask
@@ -139,7 +145,7 @@ class RunManager:
         ticket = await self.limits.take_run(ref.principal)
         slot = self._slots.setdefault(ref, _Slot())
         try:
-            return await self._submit(ref, slot, input, provider, policy)
+            return await self._submit(ref, slot, input, provider, policy, answer_of)
         except BaseException:
             self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
             with contextlib.suppress(Exception):
@@ -159,6 +165,7 @@ class RunManager:
         input: dict[str, Any] | None,
         provider: str | None,
         policy: Multitask,
+        answer_of: AnswerOf | None,
     ) -> Submission:
         async with slot.lock:
             meta = await self.backend.get_meta(ref)
@@ -189,16 +196,33 @@ class RunManager:
             busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
             request = RunRequest(new_run_id(), input, name, emit_user_message)
             queued = QueuedRun(request.run_id, input, name, emit_user_message)
+            session_id = meta.session_id
+
+            def body(status: str) -> dict[str, Any]:
+                return {
+                    "conversationKey": ref.key,
+                    "runId": request.run_id,
+                    "sessionId": session_id,
+                    "provider": name,
+                    "cursor": cursor,
+                    "status": status,
+                }
+
+            def answer(status: str) -> AcceptedAnswer | None:
+                return None if answer_of is None else answer_of(body(status))
+
             if not busy and slot.current is None:
                 # Take the backend's run slot now: the claim is atomic across instances, so
                 # two instances never both accept (the worker runs under this claim).
                 claimed = ActiveRun(request.run_id)
-                if await self.backend.claim_run(ref, claimed):
+                if await self.backend.claim_run(ref, claimed, answer("started")):
                     slot.claimed = claimed
                 elif not await self._finishing_elsewhere(ref):
                     busy = True
                 else:  # it starts after the release elsewhere: queued like any run that waits
-                    await self.backend.enqueue_run(ref, queued, limit=None)
+                    await self.backend.enqueue_run(
+                        ref, queued, limit=None, answer=answer("started")
+                    )
             status = "started"
             if not busy:
                 slot.queue.append(request)
@@ -207,7 +231,7 @@ class RunManager:
             elif policy == "enqueue":
                 limit = self.settings.gateway.enqueue_max  # here and, cluster-wide, in the backend
                 if len(slot.queue) >= limit or not await self.backend.enqueue_run(
-                    ref, queued, limit=limit
+                    ref, queued, limit=limit, answer=answer("queued")
                 ):
                     raise ApiError(
                         429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
@@ -222,20 +246,14 @@ class RunManager:
                 current = slot.current  # maybe still waiting for the slot: abort it here
                 if current is not None and not current.ended:
                     current.abort("interrupted")
-                await self.backend.enqueue_run(ref, queued, limit=None, interrupt=True)
+                await self.backend.enqueue_run(
+                    ref, queued, limit=None, interrupt=True, answer=answer("started")
+                )
                 slot.queue.append(request)
                 await self.backend.request_abort(ref, None, "interrupted")
             if slot.worker is None:
                 slot.worker = asyncio.create_task(self._work(ref, slot))
-        body = {
-            "conversationKey": ref.key,
-            "runId": request.run_id,
-            "sessionId": meta.session_id,
-            "provider": name,
-            "cursor": cursor,
-            "status": status,
-        }
-        return Submission(body, request)
+        return Submission(body(status), request)
 
     async def _finishing_elsewhere(self, ref: ConversationRef) -> bool:
         """The slot is held (on another instance) by a run whose terminal is already logged,

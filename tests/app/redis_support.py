@@ -276,6 +276,10 @@ def _serve(argv: list[str] | None = None) -> None:
     # A request on this conversation stalls for good once it reads the conversation (a stand-in
     # for a dependency that hangs mid-request), so a test can kill the process mid-request.
     parser.add_argument("--hold-conversation", default="")
+    # Storing an idempotent answer stalls for good, after setting the key ``P:test:stalled``:
+    # the request's work is done (its run accepted) and its answer not stored yet, so a test
+    # can kill the process in between.
+    parser.add_argument("--stall-idempotent-answers", action="store_true")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend, redis_client
@@ -311,6 +315,8 @@ def _serve(argv: list[str] | None = None) -> None:
     )
     if args.hold_conversation:
         _hold_conversation(backend, args.hold_conversation)
+    if args.stall_idempotent_answers:
+        _stall_idempotent_answers(backend, stalled_key(args.prefix))
     app = create_app(settings, providers={"demo": ScriptedProvider()}, backend=backend)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
@@ -327,6 +333,24 @@ def _hold_conversation(backend: Any, key: str) -> None:
         return await read_meta(ref)
 
     backend.get_meta = get_meta
+
+
+def stalled_key(prefix: str) -> str:
+    """Set by a gateway started with ``--stall-idempotent-answers`` once an answer stalls."""
+    return f"{prefix}:test:stalled"
+
+
+def _stall_idempotent_answers(backend: Any, marker: str) -> None:
+    put = backend.idempotency_put
+
+    async def idempotency_put(scope: str, record: Any, ttl: float) -> bool:
+        if ":claim:" in scope or ":released:" in scope:  # the key's claims work as usual
+            return bool(await put(scope, record, ttl))
+        await backend.redis.set(marker, scope)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    backend.idempotency_put = idempotency_put
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ def _count_claims(gw: RunningGateway) -> list[str]:
     claim = backend.claim_run
     claims: list[str] = []
 
-    async def counting(ref: Any, control: Any) -> bool:
+    async def counting(ref: Any, control: Any, *rest: Any) -> bool:
         claims.append(control.run_id)
-        return bool(await claim(ref, control))
+        return bool(await claim(ref, control, *rest))
 
     backend.claim_run = counting
     return claims

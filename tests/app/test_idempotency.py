@@ -18,15 +18,22 @@ from app.api.errors import ApiError
 from app.backends import IdempotencyRecord
 from app.backends.memory import MemoryBackend
 from app.cli.gateway import openapi_document
-from tests.app.cluster_support import cluster
+from tests.app.cluster_support import STEADY_LEASE_TTL, TERMINALS, cluster
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
-from tests.app.helpers import wait_state
-from tests.app.redis_support import SHARED_REDIS_URL, GatewayProcess, shared_redis, unique_prefix
+from tests.app.helpers import collect_sse, events_of, start_run, wait_state
+from tests.app.redis_support import (
+    SHARED_REDIS_URL,
+    GatewayProcess,
+    shared_redis,
+    stalled_key,
+    unique_prefix,
+)
 from tests.app.scripted_provider import ScriptedProvider
 from tests.support import eventually_async
 
 KEY = "idem-1"
 RUNS = f"/v1/conversations/{KEY}/runs"
+EVENTS = f"/v1/conversations/{KEY}/events"
 
 
 def code(response: httpx.Response) -> tuple[int, str]:
@@ -243,6 +250,79 @@ async def test_a_claim_left_by_a_killed_instance_lapses_within_seconds() -> None
                 assert list(state["agentState"]["runs"]) == [retry.json()["runId"]]
                 again = await cb.post(RUNS, json=body, headers=idem("dies-1"))
                 assert again.text == retry.text
+        finally:
+            a.close()
+            b.close()
+
+
+@pytest.mark.only_backend(
+    "redis", reason="an instance killed after it accepted a run: gateway processes on Redis"
+)
+@pytest.mark.parametrize(
+    ("multitask", "prompt", "end"),
+    [("reject", "text:1 sleep:60", "run.failed"), ("enqueue", "text:2", "run.completed")],
+)
+async def test_a_run_accepted_by_a_killed_instance_is_what_the_retry_answers(
+    multitask: str, prompt: str, end: str
+) -> None:
+    """A accepts the run (it claims the slot and starts it, or queues it behind a run on B),
+    then dies (kill -9) before it stores its answer. The retry on B answers that run, as A
+    would have, and starts no second one; the run ends in exactly one terminal event (a started
+    run: the lost owner's ``run.failed``; a queued one: B adopts it and runs it)."""
+    prefix = unique_prefix()
+    async with shared_redis(prefix) as redis:
+        a = GatewayProcess("A", SHARED_REDIS_URL, prefix, lease_ttl=STEADY_LEASE_TTL)
+        a.args.append("--stall-idempotent-answers")
+        b = GatewayProcess("B", SHARED_REDIS_URL, prefix, lease_ttl=STEADY_LEASE_TTL)
+        try:
+            a.start()
+            b.start()
+            await asyncio.gather(a.wait_ready(), b.wait_ready())
+            async with (
+                httpx.AsyncClient(base_url=a.url, timeout=60) as ca,
+                httpx.AsyncClient(base_url=b.url, timeout=60) as cb,
+            ):
+                earlier = []
+                if multitask == "enqueue":  # A's run waits behind this one, until it is approved
+                    earlier.append((await start_run(cb, KEY, "approval:a1 text:1"))["runId"])
+                    await wait_state(cb, KEY, lambda s: bool(s["agentState"]["approvals"]))
+                body = {"input": {"prompt": prompt}, "multitask": multitask}
+                first = asyncio.ensure_future(ca.post(RUNS, json=body, headers=idem("dies-2")))
+
+                async def answer_stalled() -> bool:
+                    return bool(await redis.exists(stalled_key(prefix)))
+
+                await eventually_async(answer_stalled, within=20, what="A accepted the run")
+                a.kill()
+                with pytest.raises(httpx.TransportError):
+                    await first
+                retry = await cb.post(RUNS, json=body, headers=idem("dies-2"))
+                assert retry.status_code == 202, retry.text
+                answer = retry.json()
+                assert answer["status"] == ("queued" if multitask == "enqueue" else "started")
+                run_id = answer["runId"]
+                if earlier:
+                    queued = await cb.get(f"{RUNS}/{run_id}")
+                    assert queued.json()["status"] == "queued", queued.text
+                    approve = f"/v1/conversations/{KEY}/approvals/a1"
+                    approved = await cb.post(approve, json={"decision": "approved"})
+                    assert approved.status_code == 202, approved.text
+                record = await cb.get(f"{RUNS}/{run_id}/wait", params={"timeout": 30})
+                assert record.status_code == 200, record.text
+                assert record.json()["status"] == end.removeprefix("run."), record.text
+                state = await idle(cb)
+                assert list(state["agentState"]["runs"]) == [*earlier, run_id]  # no second run
+                frames = await collect_sse(cb, EVENTS, params={"since": "0", "untilIdle": "true"})
+                ends = [
+                    e
+                    for e in events_of(frames)
+                    if e["runId"] == run_id and e["type"] in ("run.started", *TERMINALS)
+                ]
+                assert [e["type"] for e in ends] == ["run.started", end]
+                if end == "run.failed":
+                    assert ends[-1]["payload"]["error"]["code"] == "gateway_instance_lost"
+                again = await cb.post(RUNS, json=body, headers=idem("dies-2"))
+                assert again.status_code == 202 and again.json() == answer
         finally:
             a.close()
             b.close()

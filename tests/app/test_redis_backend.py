@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from app.api.errors import ApiError
-from app.backends import EMPTY_CURSOR, ConversationRef
+from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
 from app.backends.redis import RedisBackend, redis_client
+from app.backends.types import AcceptedAnswer, QueuedRun
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
@@ -177,6 +178,48 @@ async def test_every_instance_notices_a_lost_owner_when_it_touches_the_conversat
     snap = await b.snapshot(ref)
     assert snap is not None and snap.state["runs"]["r1"]["status"] == "failed"
     assert not any(m["status"] == "streaming" for m in snap.state["messages"].values())
+
+
+def _answer(run_id: str, status: str) -> AcceptedAnswer:
+    body = {"runId": run_id, "status": status}
+    return AcceptedAnswer(f"key:{run_id}", IdempotencyRecord("fp", 202, body), 60)
+
+
+async def test_the_answer_of_a_run_is_stored_by_the_step_that_accepts_it_and_only_then(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "accepted")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"), _answer("r1", "started"))
+    assert not await b.claim_run(ref, Control("r2"), _answer("r2", "started"))  # busy
+    queued = [QueuedRun(run_id, {"prompt": run_id}, "demo") for run_id in ("r3", "r4")]
+    assert await a.enqueue_run(ref, queued[0], limit=1, answer=_answer("r3", "queued"))
+    assert not await b.enqueue_run(ref, queued[1], limit=1, answer=_answer("r4", "queued"))
+    for run_id, status in (("r1", "started"), ("r3", "queued")):  # on every instance
+        assert await b.accepted_answer(ref, f"key:{run_id}") == _answer(run_id, status).record
+    assert await b.accepted_answer(ref, "key:r2") is None  # refused: nothing to answer
+    assert await b.accepted_answer(ref, "key:r4") is None
+    other = ConversationRef("alice", "elsewhere")
+    assert await b.accepted_answer(other, "key:r1") is None  # kept with its conversation
+
+
+async def test_a_claim_given_up_before_it_was_used_takes_its_answer_with_it(
+    pair: tuple[RedisBackend, RedisBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair
+    ref = ConversationRef("alice", "given-up")
+    await a.create_conversation(ref, meta())
+
+    async def unreachable(*_: Any) -> None:
+        raise ConnectionError("Redis went away after the claim")
+
+    monkeypatch.setattr(a.ownership, "mark", unreachable)
+    with pytest.raises(ApiError) as refused:
+        await a.claim_run(ref, Control("r1"), _answer("r1", "started"))
+    assert refused.value.code == "backend_unavailable"
+    assert await b.active_run(ref) is None  # the slot was released...
+    assert await b.accepted_answer(ref, "key:r1") is None  # ...and the answer with it
 
 
 async def test_read_of_an_unknown_position_and_empty_cursor(

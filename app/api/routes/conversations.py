@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from app.api.error_responses import ERRORS
 from app.api.errors import ApiError
 from app.api.http import GatewayDep, GatewayRoute, Principal, Ref
-from app.api.idempotency import idempotent
+from app.api.idempotency import idempotent_run
 from app.api.listing import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -31,7 +31,7 @@ from app.api.schemas import (
     SnapshotBody,
 )
 from app.runs.limits import check_json_size
-from app.runs.manager import Submission
+from app.runs.manager import AnswerOf, Submission
 from app.runs.records import run_record, wait_for_run
 from app.streams.follow import Follow
 from app.streams.snapshot import snapshot_object
@@ -72,9 +72,9 @@ async def _accept(
     if input is not None:  # also checked by runs.submit (WebSocket requests)
         check_json_size(input, gateway.settings.limits.max_input_bytes, "input")
 
-    async def submit() -> Submission:
+    async def submit(answer_of: AnswerOf | None = None) -> Submission:
         submission = await gateway.runs.submit(
-            ref, input, body.provider, body.multitask, reload=reload
+            ref, input, body.provider, body.multitask, reload=reload, answer_of=answer_of
         )
         if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
             await submission.request.wait_started()
@@ -86,12 +86,12 @@ async def _accept(
         answer = (await submit()).body
     else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
 
-        async def produce() -> dict[str, Any]:
-            return (await submit()).body
+        async def accept(answer_of: AnswerOf) -> dict[str, Any]:
+            return (await submit(answer_of)).body
 
         route = "reload" if reload else "runs"
-        answer = await idempotent(
-            gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), produce
+        answer = await idempotent_run(
+            gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), accept
         )
     if stream:  # a reconnect (Last-Event-ID) continues after what it already received
         if last_event_id:

@@ -50,6 +50,7 @@ from app.backends.redis.snapshots import RedisSnapshots
 from app.backends.redis.tasks import every, stop_task
 from app.backends.redis.webhook_outbox import RedisWebhookOutbox
 from app.backends.types import (
+    AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -216,8 +217,10 @@ class RedisBackend(Backend):
         self.reads.wake_readers()
 
     # --- runs ----------------------------------------------------------------------------
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
-        return await self.run_slots.claim_run(ref, control)
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
+        return await self.run_slots.claim_run(ref, control, answer)
 
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
         await self.run_slots.release_run(ref, run_id)
@@ -241,9 +244,17 @@ class RedisBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
-        return await self.queued.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
+        return await self.queued.enqueue_run(
+            ref, run, limit=limit, interrupt=interrupt, answer=answer
+        )
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
         return await self.queued.drop_run(ref, run_id)
@@ -269,6 +280,9 @@ class RedisBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self.idempotency.idempotency_refresh(scope, ttl)
+
+    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
+        return await self.idempotency.accepted_answer(ref, scope)
 
     # --- webhooks ------------------------------------------------------------------------
     def webhook_outbox(self) -> RedisWebhookOutbox:

@@ -85,8 +85,11 @@ class Ownership:
         )
         return Token(_s(res)) if res else None
 
-    async def release(self, keys: ConversationKeys, token: Token) -> bool:
-        res = await self._release(keys=[keys.run, keys.lease, keys.inflight], args=[token.raw])
+    async def release(self, keys: ConversationKeys, token: Token, *also: str) -> bool:
+        """Give the run up; ``also``: keys deleted with it (only when it was still ours)."""
+        res = await self._release(
+            keys=[keys.run, keys.lease, keys.inflight, *also], args=[token.raw]
+        )
         return bool(int(res))
 
     # --- the index of running runs: lets any instance find lost owners nobody looks at -------

@@ -27,6 +27,8 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
                            cancelled before it started (it logs its cancellation in its turn)
     P:{T}:qreq    hash     run id -> the queued run's request JSON (input, provider, ...)
     P:{T}:qowner  hash     run id -> the instance that keeps the ticket alive (and will start it)
+    P:{T}:idem:S  string   the answer of a run accepted under an Idempotency-Key (S: a hash of
+                           its scope), written by the script that accepts the run, PX its TTL
 
 Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
 whose hash is ``H``), ``P:idem:{H}`` (idempotency records, by hash of their scope), ``P:runs``
@@ -137,6 +139,11 @@ class ConversationKeys:
     def qowner(self) -> str:
         return self._k("qowner")
 
+    def accepted(self, scope: str) -> str:
+        """Where the claim / enqueue script stores the answer of a run it accepts under an
+        idempotency ``scope`` (with the conversation: the same script, the same slot)."""
+        return self._k(f"idem:{_scope_hash(scope)}")
+
     @property
     def queue_keys(self) -> list[str]:
         """The keys of the queue scripts (``queue.py``), in their KEYS order."""
@@ -167,8 +174,12 @@ def principal_index_key(principal: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}:idx:{{{conversation_tag(principal, '')}}}"
 
 
+def _scope_hash(scope: str) -> str:
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
+
+
 def idempotency_key(scope: str, prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}:idem:{{{hashlib.sha256(scope.encode('utf-8')).hexdigest()[:32]}}}"
+    return f"{prefix}:idem:{{{_scope_hash(scope)}}}"
 
 
 def ref_value(ref: ConversationRef) -> bytes:

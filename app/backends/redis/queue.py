@@ -8,6 +8,11 @@ one script: a ticket never exists without its input. The claim of the run slot i
 its ticket is first, and a run without a ticket only when nobody waits. So runs start in arrival
 order whichever instance accepted them, and the bound (``enqueue_max``) counts every instance's.
 
+A run accepted under an ``Idempotency-Key`` has its answer stored by the script that accepts it
+(:data:`ENQUEUE`, or :data:`CLAIM_ORDERED` for a run that starts at once) in the conversation's
+``P:{T}:idem:S``: no accepted run exists without it, so a retry finds the run even when the
+accepting instance died before it answered.
+
 An ``interrupt`` marks, in the same script, every ticket already waiting as cancelled
 (``P:{T}:qcancel``), as does an abort naming a queued run: such a run still takes the slot in
 its turn and its claim answers the reason, so it logs its cancellation without reaching the
@@ -32,9 +37,11 @@ from redis.asyncio import Redis
 
 from app.backends.redis.keys import ConversationKeys
 
-__all__ = ["ENQUEUE_UNBOUNDED", "Adopted", "OrderedClaim", "RunQueue"]
+__all__ = ["ENQUEUE_UNBOUNDED", "Adopted", "OrderedClaim", "Remembered", "RunQueue"]
 
 ENQUEUE_UNBOUNDED = -1
+#: What a script that accepts a run also stores: (key, value, ttl ms).
+Remembered = tuple[str, bytes, int]
 ClaimAnswer = Literal["ok", "busy", "lost", "queued", "gone", "adopted"]
 
 #: Every queue script takes KEYS queue, qlive, qcancel, qreq, qowner first (``queue_keys``).
@@ -59,7 +66,8 @@ local function lapsed()
 end
 """
 
-#: ARGV: run_id, limit (-1 = none), interrupt (0/1), ttl_ms, instance, request JSON.
+#: KEYS: (queue keys), [the accepted answer's key].  ARGV: run_id, limit (-1 = none), interrupt
+#: (0/1), ttl_ms, instance, request JSON, [the answer, its ttl_ms].
 #: -> 1 queued | 0 full.  With interrupt, every ticket already waiting is marked "interrupted".
 ENQUEUE: Final = (
     _PRELUDE
@@ -78,11 +86,13 @@ redis.call('ZADD', KEYS[1], score, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], now + tonumber(ARGV[4]))
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
+if KEYS[6] then redis.call('SET', KEYS[6], ARGV[7], 'PX', ARGV[8]) end
 return 1
 """
 )
 
-#: KEYS: (queue keys), run, lease, fence.  ARGV: instance, run_id, ttl_ms, ticketed.
+#: KEYS: (queue keys), run, lease, fence, [the accepted answer's key].  ARGV: instance, run_id,
+#: ttl_ms, ticketed, [the answer, its ttl_ms] (stored when the claim is granted).
 #: -> {"ok", token, reason} (reason "" unless it was cancelled while queued; also the token
 #:    already granted to this run here, when a retried claim's first answer was lost) |
 #:    {"busy"|"lost", holder} | {"queued", "", lapsed tickets} (not its turn) |
@@ -91,10 +101,14 @@ return 1
 CLAIM_ORDERED: Final = (
     _PRELUDE
     + """
+local function accepted()
+  if KEYS[9] then redis.call('SET', KEYS[9], ARGV[5], 'PX', ARGV[6]) end
+end
 local mine = '|' .. ARGV[1] .. '|' .. ARGV[2]
 local held = redis.call('GET', KEYS[6])
 if held and string.sub(held, -#mine) == mine and redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('SET', KEYS[7], held, 'PX', ARGV[3])  -- granted already: the answer was lost
+  accepted()
   return {'ok', held, ''}
 end
 if ARGV[4] == '1' then
@@ -121,6 +135,7 @@ redis.call('HDEL', KEYS[4], ARGV[2])
 redis.call('HDEL', KEYS[5], ARGV[2])
 local reason = redis.call('HGET', KEYS[3], ARGV[2]) or ''
 redis.call('HDEL', KEYS[3], ARGV[2])
+accepted()
 return {'ok', token, reason}
 """
 )
@@ -213,6 +228,14 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _remembered(remember: Remembered | None) -> tuple[list[str], list[bytes | int]]:
+    """The trailing KEYS and ARGV of a script that also stores ``remember`` (none: nothing)."""
+    if remember is None:
+        return [], []
+    key, value, ttl_ms = remember
+    return [key], [value, max(1, ttl_ms)]
+
+
 def _b(value: Any) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
@@ -264,9 +287,11 @@ class RunQueue:
         request: bytes,
         limit: int | None,
         interrupt: bool,
+        remember: Remembered | None = None,
     ) -> bool:
+        extra_keys, extra_args = _remembered(remember)
         res = await self._enqueue(
-            keys=keys.queue_keys,
+            keys=[*keys.queue_keys, *extra_keys],
             args=[
                 run_id,
                 ENQUEUE_UNBOUNDED if limit is None else limit,
@@ -274,14 +299,22 @@ class RunQueue:
                 self.ttl_ms,
                 self.instance_id,
                 request,
+                *extra_args,
             ],
         )
         return bool(int(res))
 
-    async def claim(self, keys: ConversationKeys, run_id: str, ticketed: bool) -> OrderedClaim:
+    async def claim(
+        self,
+        keys: ConversationKeys,
+        run_id: str,
+        ticketed: bool,
+        remember: Remembered | None = None,
+    ) -> OrderedClaim:
+        extra_keys, extra_args = _remembered(remember)
         res = await self._claim(
-            keys=[*keys.queue_keys, keys.run, keys.lease, keys.fence],
-            args=[self.instance_id, run_id, self.ttl_ms, int(ticketed)],
+            keys=[*keys.queue_keys, keys.run, keys.lease, keys.fence, *extra_keys],
+            args=[self.instance_id, run_id, self.ttl_ms, int(ticketed), *extra_args],
         )
         status = _s(res[0])
         if status not in ("ok", "busy", "lost", "queued", "gone", "adopted"):

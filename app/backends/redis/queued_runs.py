@@ -15,9 +15,10 @@ from redis.exceptions import RedisError
 from app.backends.redis.adoption import encode_request
 from app.backends.redis.claims import Token
 from app.backends.redis.errors import unavailable
+from app.backends.redis.idempotency import remembered
 from app.backends.redis.instance import RedisInstance
 from app.backends.roles import QueuedRuns
-from app.backends.types import ConversationRef, QueuedRun, RunAdopter
+from app.backends.types import AcceptedAnswer, ConversationRef, QueuedRun, RunAdopter
 
 __all__ = ["RedisQueuedRuns"]
 
@@ -27,12 +28,21 @@ class RedisQueuedRuns(QueuedRuns):
         self._i = instance
 
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
         keys = self._i.keys(ref)
         request = encode_request(ref, run)
+        remember = remembered(keys, answer)
         with unavailable():
-            queued = await self._i.queue.enqueue(keys, run.run_id, request, limit, interrupt)
+            queued = await self._i.queue.enqueue(
+                keys, run.run_id, request, limit, interrupt, remember
+            )
         if queued:
             self._i.tickets.add(keys, run.run_id)
             with contextlib.suppress(RedisError, OSError):  # else the next renewal marks it

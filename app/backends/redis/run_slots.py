@@ -18,12 +18,13 @@ from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import Fenced, FencedWriter
+from app.backends.redis.idempotency import remembered
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.roles import RunSlots
-from app.backends.types import ConversationRef, RunControl
+from app.backends.types import AcceptedAnswer, ConversationRef, RunControl
 from app.ids import new_token
 from core.runs import AbortReason
 from providers.contract import Command
@@ -38,20 +39,23 @@ class RedisRunSlots(RunSlots):
     def __init__(self, instance: RedisInstance) -> None:
         self._i = instance
 
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
         i = self._i
         keys = i.keys(ref)
         run_id = control.run_id
         ticketed = i.tickets.has(keys, run_id)
+        remember = remembered(keys, answer)
         with unavailable():
             # ownership.claim, ordered by the queue: a queued run only when it is first, a
             # run that was not queued only when nobody waits.
             claimed_at = time.monotonic()  # the lease is valid for its TTL from (at least) here
-            claim = await i.queue.claim(keys, run_id, ticketed)
+            claim = await i.queue.claim(keys, run_id, ticketed, remember)
             if claim.status == "lost":
                 await i.reaper.reap(keys, Token(claim.holder))
                 claimed_at = time.monotonic()
-                claim = await i.queue.claim(keys, run_id, ticketed)
+                claim = await i.queue.claim(keys, run_id, ticketed, remember)
             if claim.status in ("gone", "adopted"):  # not ours to start any more
                 i.tickets.discard(keys, run_id)
                 i.dropped.add((keys.tag, run_id))
@@ -69,8 +73,11 @@ class RedisRunSlots(RunSlots):
                         keys, text(inc) if inc is not None else new_token(6)
                     )
             except BaseException:
+                # Not accepted after all: its answer goes with the claim (if the release fails,
+                # the slot lapses and the reaper ends the run, so the answer stays true).
+                forget = () if remember is None else (remember[0],)
                 with contextlib.suppress(Exception):
-                    await i.ownership.release(keys, token)
+                    await i.ownership.release(keys, token, *forget)
                 raise
 
         async def on_command(raw: bytes) -> None:

@@ -99,10 +99,11 @@ end
 return ids
 """
 
-#: KEYS: run, lease, inflight.  ARGV: token.  Give the run up without writing. -> 1 | 0
+#: KEYS: run, lease, inflight, then any keys to delete with them.  ARGV: token.  Give the run
+#: up without writing. -> 1 | 0
 RELEASE: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', unpack(KEYS))
 return 1
 """
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.backends.base import Backend
 from app.backends.types import (
+    AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -158,8 +159,10 @@ class InstrumentedBackend(Backend):
         self._inner.wake_readers()
 
     # --- runs ----------------------------------------------------------------------------
-    async def claim_run(self, ref: ConversationRef, control: RunControl) -> bool:
-        return await self._call("claim_run", self._inner.claim_run(ref, control))
+    async def claim_run(
+        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
+    ) -> bool:
+        return await self._call("claim_run", self._inner.claim_run(ref, control, answer))
 
     async def release_run(self, ref: ConversationRef, run_id: str) -> None:
         await self._call("release_run", self._inner.release_run(ref, run_id))
@@ -184,9 +187,15 @@ class InstrumentedBackend(Backend):
 
     # --- the queue of enqueued runs --------------------------------------------------------
     async def enqueue_run(
-        self, ref: ConversationRef, run: QueuedRun, *, limit: int | None, interrupt: bool = False
+        self,
+        ref: ConversationRef,
+        run: QueuedRun,
+        *,
+        limit: int | None,
+        interrupt: bool = False,
+        answer: AcceptedAnswer | None = None,
     ) -> bool:
-        call = self._inner.enqueue_run(ref, run, limit=limit, interrupt=interrupt)
+        call = self._inner.enqueue_run(ref, run, limit=limit, interrupt=interrupt, answer=answer)
         return await self._call("enqueue_run", call)
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
@@ -213,6 +222,9 @@ class InstrumentedBackend(Backend):
 
     async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
         return await self._call("idempotency_refresh", self._inner.idempotency_refresh(scope, ttl))
+
+    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
+        return await self._call("accepted_answer", self._inner.accepted_answer(ref, scope))
 
     # --- webhooks ------------------------------------------------------------------------
     def webhook_outbox(self) -> WebhookOutbox | None:
