@@ -189,8 +189,8 @@ class RunManager:
                     updated_at=now,
                     title=title_of(input),
                 )
-                await self.backend.create_conversation(ref, meta)
-                meta = await self.backend.get_meta(ref) or meta
+                if not await self.backend.create_conversation(ref, meta):
+                    meta = await self.backend.get_meta(ref) or meta  # created meanwhile elsewhere
             cursor = await self.backend.head_cursor(ref)
             # A run whose terminal is logged is only finishing up: the next one starts after it.
             busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)

@@ -50,7 +50,7 @@ async def test_the_gateways_client_talks_to_redis_with_it() -> None:
     key = f"agw-test-packing:{secrets.token_hex(4)}"
     value = "é 字 🙂".encode() + b"\x00\xff" * 5_000
     try:
-        assert client.connection_pool.connection_class.__name__.startswith("Hiredis")
+        assert "Hiredis" in client.connection_pool.connection_class.__name__
         script = client.register_script("redis.call('SET', KEYS[1], ARGV[1]) return ARGV[2]")
         assert await script(keys=[key], args=[value, 42]) == b"42"
         async with client.pipeline(transaction=False) as pipe:

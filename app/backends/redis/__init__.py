@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.backend import RedisBackend, RunFenced
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
+from app.backends.redis.lean import LeanPool, LeanRedis, send_without_task
 from app.backends.redis.packing import pack_with_hiredis
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ POOL_WAIT_SECONDS = 5.0
 
 def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
     """A client that fails fast (503 instead of hanging) and reconnects on its own."""
-    pool = BlockingConnectionPool.from_url(
+    pool = LeanPool.from_url(
         url,
         max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,
@@ -53,7 +54,8 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
         health_check_interval=15,
     )
     pack_with_hiredis(pool)
-    return Redis.from_pool(pool)  # the client owns (and closes) its pool, as from_url does
+    send_without_task(pool)
+    return LeanRedis.from_pool(pool)  # the client owns (and closes) its pool, as from_url does
 
 
 def create_redis_backend(settings: Settings) -> RedisBackend:

@@ -43,8 +43,7 @@ class RedisConversations(ConversationStore):
                 args=[new_token(6), orjson.dumps(meta.to_dict()), ref_value(ref)],
             )
             if created:
-                await i.redis.hset(principal_index_key(ref.principal, i.prefix), ref.key, 1)
-                await i.touch(keys)
+                await i.touch(keys, listed=(principal_index_key(ref.principal, i.prefix), ref.key))
         return bool(created)
 
     async def restore_conversation(
@@ -81,10 +80,10 @@ class RedisConversations(ConversationStore):
             )
 
     async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
-        if await self.get_meta(ref) is not None:
-            return True
         index = principal_index_key(ref.principal, self._i.prefix)
-        if await self._try_reserve(index, ref, limit):
+        if await self._try_reserve(index, ref, limit):  # listed already, or room for it
+            return True
+        if await self.get_meta(ref) is not None:  # an existing conversation is always admitted
             return True
         # Full, as far as the index says: it may still list conversations that expired
         # (conversation_ttl_seconds). Listing drops them; only then is "full" the answer. Listing

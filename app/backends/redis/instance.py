@@ -133,13 +133,17 @@ class RedisInstance:
         with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
             await self.redis.publish(keys.turn, "freed")
 
-    async def touch(self, keys: ConversationKeys) -> None:
-        """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``)."""
-        if self.ttl_ms is None:
+    async def touch(self, keys: ConversationKeys, *, listed: tuple[str, str] | None = None) -> None:
+        """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``);
+        ``listed`` (index, field): also list it in its principal's index, in the same round trip."""
+        if self.ttl_ms is None and listed is None:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
-            for key in (keys.meta, keys.log, keys.snap, keys.fence):
-                pipe.pexpire(key, self.ttl_ms)
+            if listed is not None:
+                pipe.hset(listed[0], listed[1], 1)
+            if self.ttl_ms is not None:
+                for key in (keys.meta, keys.log, keys.snap, keys.fence):
+                    pipe.pexpire(key, self.ttl_ms)
             await pipe.execute()
 
     async def touch_quietly(self, keys: ConversationKeys) -> None:

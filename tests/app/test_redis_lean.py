@@ -1,0 +1,156 @@
+"""The gateway's Redis client sends a command straight on an idle connection: same replies and
+errors as redis-py's own path, a connection lost to a restart is replaced and the command still
+answered, a cancelled command leaves no stray reply for the next one, and callers waiting for a
+connection of a full pool are woken."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from app.backends.redis import redis_client
+from app.backends.redis.lean import LeanPipeline, LeanPool, LeanRedis
+from tests.app.redis_support import SHARED_REDIS_URL, private_redis
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[tuple[Redis, Redis, str]]:
+    """The gateway's client, redis-py's stock client, and a key prefix of the test's own."""
+    lean = redis_client(SHARED_REDIS_URL)
+    stock = Redis.from_url(SHARED_REDIS_URL)
+    prefix = f"agw-test-lean:{secrets.token_hex(4)}"
+    try:
+        yield lean, stock, prefix
+    finally:
+        keys = [key async for key in stock.scan_iter(f"{prefix}*")]
+        if keys:
+            await stock.delete(*keys)
+        await lean.aclose()
+        await stock.aclose()
+
+
+async def test_the_gateways_client_is_the_lean_one(clients: tuple[Redis, Redis, str]) -> None:
+    lean, _, _ = clients
+    assert isinstance(lean, LeanRedis)
+    assert isinstance(lean.connection_pool, LeanPool)
+    assert isinstance(lean.pipeline(transaction=False), LeanPipeline)
+
+
+async def test_replies_and_errors_are_redis_pys_own(clients: tuple[Redis, Redis, str]) -> None:
+    lean, stock, prefix = clients
+    h, s, z = f"{prefix}:h", f"{prefix}:s", f"{prefix}:z"
+    await stock.hset(h, mapping={"a": "1", "b": b"\x00\xff"})
+    await stock.xadd(s, {"k": "v"}, id="1-1")
+    await stock.zadd(z, {"m": 2.5})
+
+    async def both(call: Any) -> tuple[Any, Any]:
+        return await call(lean), await call(stock)
+
+    for call in (
+        lambda c: c.hgetall(h),
+        lambda c: c.hget(h, "missing"),
+        lambda c: c.xrange(s),
+        lambda c: c.xread({s: "0-0"}, count=10),
+        lambda c: c.zrange(z, 0, -1, withscores=True),
+        lambda c: c.exists(h, s, f"{prefix}:none"),
+    ):
+        got, want = await both(call)
+        assert got == want
+    seconds, micros = await lean.time()  # the response callback ran: a tuple of ints
+    assert isinstance(seconds, int) and isinstance(micros, int)
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await lean.get(h)
+    with pytest.raises(NoScriptError):
+        await lean.evalsha("0" * 40, 0)
+    script = lean.register_script("return ARGV[1]")  # NOSCRIPT first: loaded, then run
+    assert await script(args=["x"]) == b"x"
+    assert await lean.get(f"{prefix}:none") is None  # the connection is still in step
+
+
+async def test_a_plain_pipeline_answers_as_redis_pys(clients: tuple[Redis, Redis, str]) -> None:
+    lean, stock, prefix = clients
+    key = f"{prefix}:p"
+    results = []
+    for client in (lean, stock):
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set(key, "1")
+            pipe.incr(key)
+            pipe.hget(key, "x")  # WRONGTYPE: kept in place with raise_on_error=False
+            pipe.get(key)
+            results.append(await pipe.execute(raise_on_error=False))
+    (lean_set, lean_incr, lean_err, lean_get), (stock_set, stock_incr, stock_err, stock_get) = (
+        results
+    )
+    assert (lean_set, lean_incr, lean_get) == (stock_set, stock_incr, stock_get) == (True, 2, b"2")
+    assert isinstance(lean_err, ResponseError) and isinstance(stock_err, ResponseError)
+    async with lean.pipeline(transaction=True) as pipe:  # MULTI/EXEC: redis-py's own path
+        pipe.incr(key)
+        pipe.get(key)
+        assert await pipe.execute() == [3, b"3"]
+
+
+async def test_a_command_after_a_restart_is_answered_on_a_new_connection() -> None:
+    with private_redis() as server:
+        client = redis_client(server.url)
+        try:
+            await client.set("k", "v")
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get("k")
+                assert await pipe.execute() == [b"v"]
+            server.stop()
+            server.start()  # the idle connection is now closed by the server
+            assert await client.get("k") == b"v"  # saved on shutdown, read on a new connection
+            server.stop()
+            server.start()
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get("k")
+                pipe.exists("k")
+                assert await pipe.execute() == [b"v", 1]
+        finally:
+            await client.aclose()
+
+
+async def test_a_cancelled_command_leaves_no_reply_for_the_next(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    stream = f"{prefix}:blocked"
+    pool = lean.connection_pool
+    await lean.ping()  # one idle connection: the blocking read takes it
+    read = asyncio.ensure_future(lean.xread({stream: "$"}, block=10_000))
+
+    async def blocked() -> bool:
+        clients_info: dict[str, Any] = await stock.info("clients")
+        return int(clients_info["blocked_clients"]) >= 1
+
+    for _ in range(200):
+        if await blocked():
+            break
+        await asyncio.sleep(0.01)
+    read.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await read
+    await stock.xadd(stream, {"late": "entry"})  # would have been the cancelled read's reply
+    for _ in range(5):
+        assert await lean.get(f"{prefix}:none") is None
+        assert await lean.echo("in step") == b"in step"
+    assert len(pool._in_use_connections) == 0  # every lent connection came back
+
+
+async def test_callers_waiting_for_a_connection_of_a_full_pool_are_served() -> None:
+    client = redis_client(SHARED_REDIS_URL, max_connections=1)
+    try:
+        await client.ping()
+        replies = await asyncio.wait_for(
+            asyncio.gather(*(client.echo(f"m{n}") for n in range(20))), 10
+        )
+        assert replies == [f"m{n}".encode() for n in range(20)]
+        assert len(client.connection_pool._available_connections) == 1
+    finally:
+        await client.aclose()
