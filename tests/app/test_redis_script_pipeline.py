@@ -7,10 +7,17 @@ import asyncio
 import orjson
 from redis.asyncio import Redis
 
+from app.backends.redis import redis_client
 from app.backends.redis.claims import Ownership
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
-from tests.app.redis_support import prefix, private_redis, redis, unique_prefix
+from tests.app.redis_support import (
+    SHARED_REDIS_URL,
+    prefix,
+    private_redis,
+    redis,
+    unique_prefix,
+)
 
 __all__ = ["prefix", "redis"]  # fixtures
 
@@ -95,3 +102,36 @@ async def test_a_redis_without_the_script_gets_it_loaded_and_every_call_answered
             assert await _logged(log, convs[2]) == [1]
         finally:
             await client.aclose()
+
+
+async def test_appends_hold_one_connection_and_survive_its_loss_without_writing_twice(
+    redis: Redis, prefix: str
+) -> None:
+    """The pipeline's own connection, killed by the server between two appends: the next
+    append reconnects (redis-py's retry, as configured by the gateway) and lands once; close
+    hands the connection back."""
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        await _held_connection_survives_its_loss(client, redis, prefix)
+    finally:
+        await client.aclose()
+
+
+async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix: str) -> None:
+    log = EventLog(client, max_len=1000)
+    keys = keys_for(prefix, "held")
+    await log.append(keys, "", [ev(0)])
+    conn = log._append._conn
+    assert conn is not None
+    await log.append(keys, "", [ev(1)])
+    assert log._append._conn is conn  # one connection, not one per append
+    await conn.send_command("CLIENT", "ID")
+    client_id = await conn.read_response()
+    assert await redis.execute_command("CLIENT", "KILL", "ID", client_id) == 1
+    ids = await log.append(keys, "", [ev(2)])
+    assert await _logged(log, keys) == [0, 1, 2]
+    assert ids == [(await log.read_after(keys, "0-0") or [])[-1].id]
+    in_use = client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    assert conn in in_use
+    await log.aclose()
+    assert conn not in in_use and log._append._conn is None

@@ -170,6 +170,10 @@ class EventLog:
             raise
         return [_s(x) for x in res]
 
+    async def aclose(self) -> None:
+        """Hand back the connection the appends hold (before the client's pool closes)."""
+        await self._append.aclose()
+
     async def read_after(
         self, keys: ConversationKeys, after: str, count: int = 1000
     ) -> list[Entry] | None:
