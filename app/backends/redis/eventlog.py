@@ -15,6 +15,7 @@ reply or error.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
@@ -113,6 +114,12 @@ def entries_from_reply(reply: Sequence[Any]) -> list[Entry]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _append_keys(keys: ConversationKeys) -> tuple[str, ...]:
+    """The keys the append script takes, built once per conversation (every append names them)."""
+    return (keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd, keys.inflight)
+
+
 def _info_dict(info: Any) -> dict[str, Any]:
     if isinstance(info, dict):
         return {_s(k): v for k, v in info.items()}
@@ -160,10 +167,7 @@ class EventLog:
             args.extend((item.kind, item.data, item.type, item.run_id))
         args.append(secrets.token_hex(8) if nonce is None else nonce)
         try:
-            res = await self._append.call(
-                [keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd, keys.inflight],
-                args,
-            )
+            res = await self._append.call(_append_keys(keys), args)
         except ResponseError as exc:
             if "FENCED" in str(exc):
                 raise Fenced(token) from None
@@ -238,11 +242,20 @@ class FencedWriter:
         release: bool = False,
         snapshot: SnapshotWrite | None = None,
     ) -> list[str]:
-        """Append (batched with concurrent callers); returns this call's stream ids."""
+        """Append (batched with concurrent callers); returns this call's stream ids.
+
+        When nothing is queued or in flight, a plain append is written by its caller's task
+        (no task, no shield per append of a slow stream); cancelling it may leave the append
+        written or not, as with any append cancelled in flight.
+        """
         batch = self._queue
+        if batch is None and not release and snapshot is None and not self._lock.locked():
+            async with self._lock:  # taken at once: later appends queue behind this one
+                return await self._write(_Batch(list(items)))
         if batch is None:
-            batch = self._queue = _Batch(done=asyncio.get_running_loop().create_future())
-            task = asyncio.ensure_future(self._flush(batch))
+            loop = asyncio.get_running_loop()
+            batch = self._queue = _Batch(done=loop.create_future())
+            task = loop.create_task(self._flush(batch))
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
         start = len(batch.items)

@@ -55,10 +55,11 @@ class ScriptPipeline:
     async def call(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """The script's reply to ``keys``/``args``; its error (``ResponseError``, a connection
         error of the whole pipeline) is raised to this caller only."""
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(keys, args, done))
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="redis-script-pipeline")
+            self._task = loop.create_task(self._run(), name="redis-script-pipeline")
         return await done
 
     async def _run(self) -> None:
