@@ -26,6 +26,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from app.backends.redis.packing import pack_plain_commands
 from app.backends.redis.tasks import stop_task
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
@@ -36,8 +37,8 @@ MAX_CALLS = 256
 
 @dataclass(slots=True)
 class _Call:
-    keys: Sequence[Any]
-    args: Sequence[Any]
+    keys: Sequence[str | bytes]
+    args: Sequence[str | bytes | int]
     done: asyncio.Future[Any]
 
 
@@ -52,9 +53,10 @@ class ScriptPipeline:
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
 
-    async def call(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """The script's reply to ``keys``/``args``; its error (``ResponseError``, a connection
-        error of the whole pipeline) is raised to this caller only."""
+    async def call(self, keys: Sequence[str | bytes], args: Sequence[str | bytes | int]) -> Any:
+        """The script's reply to ``keys``/``args`` (str, bytes or int only); its error
+        (``ResponseError``, a connection error of the whole pipeline) is raised to this
+        caller only."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(keys, args, done))
@@ -111,7 +113,7 @@ class ScriptPipeline:
         conn = await self._connection()
 
         async def attempt() -> list[Any]:
-            await conn.send_packed_command(conn.pack_commands(commands))
+            await conn.send_packed_command(pack_plain_commands(conn, commands))
             replies: list[Any] = []
             for _ in commands:
                 try:
