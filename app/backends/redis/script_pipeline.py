@@ -25,6 +25,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.packing import pack_plain_commands
 from app.backends.redis.tasks import stop_task
@@ -50,6 +51,8 @@ class ScriptPipeline:
         self._pending: list[_Call] = []
         self._task: asyncio.Task[None] | None = None
         self._conn: AbstractConnection | None = None
+        #: The held connection's socket timeout, applied once per round trip (see _connection).
+        self._timeout: float | None = None
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
 
@@ -113,13 +116,17 @@ class ScriptPipeline:
         conn = await self._connection()
 
         async def attempt() -> list[Any]:
-            await conn.send_packed_command(pack_plain_commands(conn, commands))
             replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:  # this call's error (FENCED, NOSCRIPT): its own
-                    replies.append(exc)
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await conn.send_packed_command(pack_plain_commands(conn, commands))
+                    for _ in commands:
+                        try:
+                            replies.append(await conn.read_response())
+                        except ResponseError as exc:  # this call's error (FENCED, NOSCRIPT)
+                            replies.append(exc)
+            except TimeoutError:  # the cancelled send or read dropped the connection
+                raise RedisTimeoutError(f"Timeout of a pipeline of {len(commands)}") from None
             return replies
 
         async def dropped(_error: Exception) -> None:
@@ -137,6 +144,9 @@ class ScriptPipeline:
                 self._redis.connection_pool.get_connection,  # untyped in redis-py
             )
             conn = self._conn = await get()
+            # One timeout per round trip instead of redis-py's per send (a task in wait_for)
+            # and per reply read: ~30 µs less per round trip. Restored when handed back.
+            self._timeout, conn.socket_timeout = conn.socket_timeout, None
         elif conn.is_connected:
             try:
                 # can_read (redis-py 8) is can_read_destructive renamed
@@ -154,4 +164,5 @@ class ScriptPipeline:
         await stop_task(self._task)
         conn, self._conn = self._conn, None
         if conn is not None:
+            conn.socket_timeout = self._timeout
             await self._redis.connection_pool.release(conn)
