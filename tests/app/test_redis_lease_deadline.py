@@ -114,6 +114,42 @@ async def test_without_a_deadline_a_failed_append_raises_at_once() -> None:
     assert log.calls == 1
 
 
+class GatedLog(FlakyLog):
+    """FlakyLog whose appends wait for ``gate`` (one in flight as long as it is closed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.sent: list[list[bytes]] = []
+
+    async def append(self, keys: ConversationKeys, token: str, items: Any, **kw: Any) -> list[str]:
+        self.sent.append([item.data for item in items])
+        await self.gate.wait()
+        return await super().append(keys, token, items, **kw)
+
+
+async def test_appends_behind_one_in_flight_go_in_one_write_after_it_even_if_it_is_cancelled() -> (
+    None
+):
+    log = GatedLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    first = asyncio.create_task(writer.append([_item(0)]))
+    await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    behind = [asyncio.create_task(writer.append([_item(n)])) for n in (1, 2)]
+    await eventually(lambda: all(not t.done() for t in behind) and len(log.sent) == 1)
+    first.cancel()  # its caller gives up: the appends behind it are not held up
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    log.gate.set()
+    ids = await asyncio.wait_for(asyncio.gather(*behind), 5)
+    assert log.sent[1:] == [[_item(1).data, _item(2).data]]  # one write, in order
+    assert [d for _, _, d in log.entries][-2:] == [_item(1).data, _item(2).data]
+    assert ids[0][0] < ids[1][0]
+    # The writer goes on: a lone append later is one write of its own.
+    assert await writer.append([_item(3)]) == [f"{len(log.entries)}-0"]
+    assert log.sent[-1] == [_item(3).data]
+
+
 class FlakyOwnership:
     """Ownership stand-in: ``renew`` fails while ``down``; counts renewals."""
 

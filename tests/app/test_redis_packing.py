@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
 from app.backends.redis import redis_client
-from app.backends.redis.packing import pack_with_hiredis
+from app.backends.redis.packing import pack_plain_commands, pack_with_hiredis
 from tests.app.redis_support import SHARED_REDIS_URL
 
 COMMANDS: list[tuple[Any, ...]] = [
@@ -34,6 +34,24 @@ def test_the_packed_bytes_are_redis_pys_own(command: tuple[Any, ...]) -> None:
     assert b"".join(hiredis.pack_command(*command)) == b"".join(plain.pack_command(*command))
     pipelined = [command, ("PING",), command]
     assert b"".join(hiredis.pack_commands(pipelined)) == b"".join(plain.pack_commands(pipelined))
+
+
+PLAIN: list[tuple[str | bytes | int, ...]] = [
+    ("EVALSHA", "f" * 40, 2, "k1", "k2", "token", 0, -7, 10**20, "", b""),
+    ("EVALSHA", "f" * 40, 1, "k", "é 字 🙂", b"\x00\xff binary \r\n", "v" * 70_000),
+]
+
+
+def test_plain_commands_packed_at_once_are_the_connections_own_bytes() -> None:
+    plain = Connection()
+    for commands in ([PLAIN[0]], PLAIN):
+        got = b"".join(pack_plain_commands(plain, commands))
+        assert got == b"".join(plain.pack_commands(commands))
+    # An encoder that is not strict UTF-8: the connection packs (hiredis would not match).
+    latin = Connection(encoding="latin-1")
+    command = ("EVALSHA", "f" * 40, 1, "k", "é")
+    assert pack_plain_commands(latin, [command]) == latin.pack_commands([command])
+    assert b"\xe9" in b"".join(pack_plain_commands(latin, [command]))
 
 
 def test_the_scheme_picks_the_base_class_and_packing_is_added_once() -> None:

@@ -421,11 +421,50 @@ async def test_a_running_reader_is_taken_without_the_hub_lock_and_kept_alive(
         async with hub._lock:  # ...and the hub's lock is busy: the fast path needs neither
             again = hub.acquire_nowait(keys)
         assert again is reader and reader.refs == 1
-        assert keys.tag not in hub._stoppers  # the scheduled stop was cancelled
+        # The pending stop is left to fire (no timer per read): it finds the reader in use.
+        await eventually(lambda: keys.tag not in hub._stoppers, what="the linger timer fired")
         ids = await log.append(keys, "", [ev(1)])
         await eventually(lambda: reader.last_id == ids[-1], what="still reading")
         assert hub.readers == {keys.tag: reader}
         hub.release(reader)
         await eventually(lambda: hub.readers == {}, what="stopped after the last release")
+    finally:
+        await hub.close()
+
+
+async def test_a_reader_used_again_within_its_linger_stops_a_linger_after_its_last_release(
+    redis: Redis, prefix: str
+) -> None:
+    """One stop timer per idle period: a release while one is pending arms none, and the timer
+    that fires early (the reader was used since) waits out the rest of the linger."""
+    log = EventLog(redis, max_len=10_000)
+    keys = keys_for(prefix)
+    hub = ReaderHub(redis, log, linger_seconds=0.3)
+    loop = asyncio.get_running_loop()
+    fires: list[tuple[float, bool]] = []  # (when, the reader was still running)
+    linger_over = hub._linger_over
+
+    def spy(reader: Any) -> None:
+        fires.append((loop.time(), keys.tag in hub.readers))
+        linger_over(reader)
+
+    hub._linger_over = spy  # type: ignore[method-assign]
+    try:
+        reader = await hub.acquire(keys)
+        hub.release(reader)
+        first = hub._stoppers[keys.tag]
+        assert hub.acquire_nowait(keys) is reader
+        for i in range(20):  # in use a while: it reads what is appended
+            (last,) = await log.append(keys, "", [ev(i)])
+            await eventually(lambda: reader.last_id == last, what="the reader read it")  # noqa: B023
+        hub.release(reader)  # a timer is pending: no second one
+        last_release = loop.time()
+        assert hub._stoppers[keys.tag] is first
+        await eventually(lambda: hub.readers == {}, what="the reader stops")
+        assert reader._task is None  # stopped, not just forgotten
+        # The first timer found it idle for less than the linger and was armed again; the
+        # stop came a linger after the last release (timers may fire up to 1 ms early).
+        assert len(fires) >= 2 and all(running for _, running in fires)
+        assert fires[-1][0] >= last_release + 0.3 - 0.002
     finally:
         await hub.close()

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
-from redis.asyncio import Redis
+import pytest
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis import redis_client
 from app.backends.redis.claims import Ownership
 from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, FencedWriter, Pending
 from app.backends.redis.keys import ConversationKeys
-from tests.app.redis_support import prefix, private_redis, redis, unique_prefix
+from app.backends.redis.script_pipeline import ScriptPipeline
+from tests.app.redis_support import (
+    SHARED_REDIS_URL,
+    prefix,
+    private_redis,
+    redis,
+    unique_prefix,
+)
 
 __all__ = ["prefix", "redis"]  # fixtures
 
@@ -95,3 +108,89 @@ async def test_a_redis_without_the_script_gets_it_loaded_and_every_call_answered
             assert await _logged(log, convs[2]) == [1]
         finally:
             await client.aclose()
+
+
+async def test_appends_hold_one_connection_and_survive_its_loss_without_writing_twice(
+    redis: Redis, prefix: str
+) -> None:
+    """The pipeline's own connection, killed by the server between two appends: the next
+    append reconnects (redis-py's retry, as configured by the gateway) and lands once; close
+    hands the connection back."""
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        await _held_connection_survives_its_loss(client, redis, prefix)
+    finally:
+        await client.aclose()
+
+
+async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix: str) -> None:
+    log = EventLog(client, max_len=1000)
+    keys = keys_for(prefix, "held")
+    await log.append(keys, "", [ev(0)])
+    conn = log._append._conn
+    assert conn is not None
+    await log.append(keys, "", [ev(1)])
+    assert log._append._conn is conn  # one connection, not one per append
+    await conn.send_command("CLIENT", "ID")
+    client_id = await conn.read_response()
+    assert await redis.execute_command("CLIENT", "KILL", "ID", client_id) == 1
+    ids = await log.append(keys, "", [ev(2)])
+    assert await _logged(log, keys) == [0, 1, 2]
+    assert ids == [(await log.read_after(keys, "0-0") or [])[-1].id]
+    in_use = client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    assert conn in in_use
+    await log.aclose()
+    assert conn not in in_use and log._append._conn is None
+
+
+class _MuteRedis:
+    """A loopback server that answers ``+OK`` to every command until ``mute``, then nothing."""
+
+    def __init__(self) -> None:
+        self.mute = False
+        self.commands = 0
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            if line.startswith(b"*"):  # a command's array header (our test commands' only one)
+                self.commands += 1
+                if not self.mute:
+                    writer.write(b"+OK\r\n")
+        writer.close()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+async def test_a_round_trip_without_a_reply_times_out_after_the_socket_timeout() -> None:
+    """The held connection's timeout is applied per round trip: a silent server fails the call
+    with redis-py's TimeoutError (retried as configured), never a hang."""
+    mute = _MuteRedis()
+    port = await mute.start()
+    pool = BlockingConnectionPool.from_url(
+        f"redis://127.0.0.1:{port}/0",
+        socket_timeout=0.3,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[RedisTimeoutError],
+    )
+    client = Redis.from_pool(pool)
+    try:
+        pipeline = ScriptPipeline(client, client.register_script("return 1"))
+        assert await pipeline.call(["k"], ["a", 1]) == b"OK"
+        mute.mute = True
+        sent = mute.commands
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await asyncio.wait_for(pipeline.call(["k"], ["b", 2]), 5)
+        elapsed = time.monotonic() - started
+        assert 0.6 <= elapsed < 3  # two attempts (one retry) of 0.3 s each
+        assert mute.commands >= sent + 2  # sent again on a new connection
+        await pipeline.aclose()
+        # Handed back with the pool's own timeout.
+        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)  # type: ignore[attr-defined]
+    finally:
+        await client.aclose()
+        assert mute.server is not None
+        mute.server.close()

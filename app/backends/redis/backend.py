@@ -153,6 +153,8 @@ class RedisBackend(Backend):
         await i.bus.stop()
         await i.cancel_background()
         with contextlib.suppress(Exception):
+            await i.log.aclose()
+        with contextlib.suppress(Exception):
             await i.redis.aclose()
 
     async def ping(self) -> bool:

@@ -35,7 +35,9 @@ class _Unavailable:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if isinstance(exc, RedisError | OSError):
+        if exc is None:  # the common case, on every read and append
+            return
+        if isinstance(exc, (RedisError, OSError)):
             if isinstance(exc, RedisError) and not isinstance(
                 exc, (RedisConnectionError, RedisTimeoutError)
             ):

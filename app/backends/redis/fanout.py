@@ -35,6 +35,11 @@ from app.backends.redis.tasks import stop_task
 log = logging.getLogger(__name__)
 
 
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class _Gap:
     def __repr__(self) -> str:
         return "GAP"
@@ -92,8 +97,17 @@ class LogReader:
         self._fetch: asyncio.Future[list[Entry] | None] | None = None
         #: Counts window clears: a catch-up read that lands after one is not kept.
         self._generation = 0
-        self.last_id = "0-0"
+        self._last_id = "0-0"
+        #: ``parse_id(last_id)``, kept with it (compared on every read and feed).
+        self.last_pos: tuple[int, int] = (0, 0)
         self._signal = asyncio.Event()
+        #: Counts notifications (new entries, reset, wake): a read that saw ``version`` before
+        #: it looked at the window and finds nothing waits only while it is unchanged.
+        self.version = 0
+        #: The waiting reads (:meth:`wait`), each on a future of its own.
+        self._waiters: dict[asyncio.Future[None], None] = {}
+        #: ``loop.time()`` when ``refs`` last dropped to 0 (the hub stops it a linger later).
+        self.idle_since = 0.0
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._tick_task: asyncio.Task[None] | None = None
@@ -105,6 +119,16 @@ class LogReader:
         #: The incarnation lookup in flight (shared by the reads that need it).
         self.inc_lookup: asyncio.Future[str | None] | None = None
         self._stopping = False
+
+    @property
+    def last_id(self) -> str:
+        """The stream id of the newest entry this reader holds (or started after)."""
+        return self._last_id
+
+    @last_id.setter
+    def last_id(self, value: str) -> None:
+        self._last_id = value
+        self.last_pos = parse_id(value)
 
     def launch(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"log-reader-{self.keys.tag}")
@@ -142,7 +166,7 @@ class LogReader:
 
     def reset(self) -> None:
         """Forget the window (the conversation was deleted): later cursors read from Redis."""
-        self._clear_window(parse_id(self.last_id))
+        self._clear_window(self.last_pos)
         self._notify()
 
     def _clear_window(self, base: tuple[int, int]) -> None:
@@ -154,8 +178,33 @@ class LogReader:
         self._base = base
 
     def _notify(self) -> None:
+        self.version += 1
         self._signal.set()
         self._signal = asyncio.Event()
+        if self._waiters:
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._waiters.clear()
+
+    async def wait(self, seen: int, seconds: float) -> None:
+        """Return at the first notification after ``seen`` (a :attr:`version`), at once if
+        there was one, or after ``seconds``.
+
+        A future and a timer per wait, not an Event and ``asyncio.timeout``: this runs once
+        per delivery per subscriber.
+        """
+        if self.version != seen:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters[waiter] = None
+        timer = loop.call_later(seconds, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.pop(waiter, None)
 
     def feed(self, prev: str, batch: list[Entry]) -> None:
         """Entries this instance's run owner just logged right after ``prev``.
@@ -166,8 +215,7 @@ class LogReader:
         """
         if not batch:
             return
-        last = parse_id(self.last_id)
-        if parse_id(prev) > last:
+        if parse_id(prev) > self.last_pos:
             self._behind = True
             self.kick()
             return
@@ -179,15 +227,17 @@ class LogReader:
         self._resume.set()
 
     def _push(self, batch: list[Entry]) -> None:
-        last = parse_id(self.last_id)
-        if parse_id(batch[0].id) <= last:  # already fed by the local writer
-            batch = [entry for entry in batch if parse_id(entry.id) > last]
-            if not batch:
+        last = self.last_pos
+        ids = [parse_id(entry.id) for entry in batch]
+        if ids[0] <= last:  # already fed by the local writer
+            keep = [i for i, pos in enumerate(ids) if pos > last]
+            if not keep:
                 return
-        for entry in batch:
-            self._entries.append(entry)
-            self._ids.append(parse_id(entry.id))
-        self.last_id = batch[-1].id
+            batch = [batch[i] for i in keep]
+            ids = [ids[i] for i in keep]
+        self._entries.extend(batch)
+        self._ids.extend(ids)
+        self._last_id, self.last_pos = batch[-1].id, ids[-1]
         excess = len(self._entries) - self.window
         if excess > self.window // 2:  # trim in chunks, keep the window
             self._base = self._ids[excess - 1]
@@ -393,13 +443,13 @@ class ReaderHub:
     def acquire_nowait(self, keys: ConversationKeys) -> LogReader | None:
         """:meth:`acquire` when the reader is running (else None): no lock, no coroutine.
 
-        The common case, every read of every subscriber. A stop waits for the lock and
-        checks ``refs`` again, so taking a ref here is safe.
+        The common case, every read of every subscriber. A pending stop timer is left to
+        fire: it finds the reader in use (or idle for less than the linger) and stops nothing.
+        A stop waits for the lock and checks ``refs`` again, so taking a ref here is safe.
         """
         reader = self._readers.get(keys.tag)
         if reader is None or not reader.started:
             return None
-        self._cancel_stop(keys.tag)
         reader.refs += 1
         return reader
 
@@ -433,31 +483,40 @@ class ReaderHub:
             raise
         return reader
 
-    def _cancel_stop(self, tag: str) -> None:
-        handle = self._stoppers.pop(tag, None)
-        if handle is not None:
-            handle.cancel()
-
     def _owner_local(self, tag: str) -> Callable[[], bool] | None:
         owns = self._owns
         return None if owns is None else (lambda: owns(tag))
 
     def release(self, reader: LogReader) -> None:
+        """Give back a ref; the reader stops once it went unused for ``linger`` seconds.
+
+        One timer per idle period, not one per release (a subscriber releases after every
+        read): a timer already pending is left to fire and looks at ``idle_since`` then.
+        """
         reader.refs -= 1
         if reader.refs <= 0:
             loop = asyncio.get_running_loop()
-            self._stoppers[reader.keys.tag] = loop.call_later(
-                self.linger, self._schedule_stop, reader
-            )
+            reader.idle_since = loop.time()
+            tag = reader.keys.tag
+            if tag not in self._stoppers:
+                self._stoppers[tag] = loop.call_later(self.linger, self._linger_over, reader)
 
-    def _schedule_stop(self, reader: LogReader) -> None:
+    def _linger_over(self, reader: LogReader) -> None:
+        tag = reader.keys.tag
+        self._stoppers.pop(tag, None)
+        if reader.refs > 0 or self._readers.get(tag) is not reader:
+            return  # in use (its last release arms a new timer), or gone already
+        loop = asyncio.get_running_loop()
+        left = reader.idle_since + self.linger - loop.time()
+        if left > 0:  # used again meanwhile: idle for less than the linger
+            self._stoppers[tag] = loop.call_later(left, self._linger_over, reader)
+            return
         task = asyncio.ensure_future(self._stop_idle(reader))
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 
     async def _stop_idle(self, reader: LogReader) -> None:
         async with self._lock:
-            self._stoppers.pop(reader.keys.tag, None)
             if reader.refs <= 0 and self._readers.get(reader.keys.tag) is reader:
                 del self._readers[reader.keys.tag]
                 await reader.stop()

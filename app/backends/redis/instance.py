@@ -49,6 +49,11 @@ def text(value: Any) -> str:
 _tag = functools.lru_cache(maxsize=4096)(conversation_tag)
 
 
+@functools.lru_cache(maxsize=4096)
+def _keys(prefix: str, principal: str | None, key: str) -> ConversationKeys:
+    return ConversationKeys(prefix, _tag(principal, key))
+
+
 class RedisInstance:
     """One instance's Redis client, helpers and local records (owned runs, readers, tickets)."""
 
@@ -111,7 +116,7 @@ class RedisInstance:
         return owned is not None and not (owned.fenced or owned.released)
 
     def keys(self, ref: ConversationRef) -> ConversationKeys:
-        return ConversationKeys(self.prefix, _tag(ref.principal, ref.key))
+        return _keys(self.prefix, ref.principal, ref.key)  # frozen: shared by every call
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (cancelled by :meth:`cancel_background`)."""

@@ -11,17 +11,17 @@ which is how hiredis encodes str too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import hiredis
 from redis.asyncio import ConnectionPool
 from redis.asyncio.connection import AbstractConnection
 
-__all__ = ["pack_with_hiredis"]
+__all__ = ["pack_plain_commands", "pack_with_hiredis"]
 
 #: hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
-_pack_command = cast(Callable[[tuple[bytes | str, ...]], bytes], hiredis.pack_command)
+_pack_command = cast(Callable[[tuple[bytes | str | int, ...]], bytes], hiredis.pack_command)
 _UTF8 = frozenset({"utf-8", "utf8"})
 
 
@@ -54,3 +54,16 @@ def pack_with_hiredis(pool: ConnectionPool) -> None:
         return
     name = f"Hiredis{base.__name__}"
     pool.connection_class = cast(type[AbstractConnection], type(name, (_HiredisPacking, base), {}))
+
+
+def pack_plain_commands(
+    conn: AbstractConnection, commands: Sequence[tuple[str | bytes | int, ...]]
+) -> list[bytes]:
+    """``conn.pack_commands(commands)`` for commands whose arguments are all ``str``, ``bytes``
+    or ``int``: one hiredis call per command, no per-argument Python (an append's ~20
+    arguments: ~5 µs instead of ~20). hiredis writes an int as its decimal digits, as the
+    encoder does; under an encoder that is not strict UTF-8 this is the connection's own."""
+    encoder = conn.encoder
+    if encoder.encoding.lower() in _UTF8 and encoder.encoding_errors == "strict":
+        return [b"".join([_pack_command(command) for command in commands])]
+    return conn.pack_commands(commands)

@@ -9,7 +9,6 @@ window's LogEntries are built once per instance and a read hands out a slice of 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from app.backends.redis.cursors import make_cursor, parse_cursor
 from app.backends.redis.errors import unavailable
@@ -57,15 +56,13 @@ class RedisReads(EventReader):
         with unavailable():
             reader = hub.acquire_nowait(keys) or await hub.acquire(keys)
             try:
-                signal = reader.signal
+                seen = reader.version
                 result = await self._read_once(reader, keys, after, limit)
                 if result.entries or result.status != "ok" or wait <= 0:
                     return result
                 # One wait, like the memory backend: new entries, a reset (delete) or
-                # wake_readers() (shutdown) end it; the caller loops.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):  # no task per wait, unlike wait_for
-                        await signal.wait()
+                # wake_readers() (shutdown) end it, also one since ``seen``; the caller loops.
+                await reader.wait(seen, wait)
                 return await self._read_once(reader, keys, after, limit)
             finally:
                 hub.release(reader)
@@ -104,7 +101,7 @@ class RedisReads(EventReader):
         if parsed is None:
             return ReadResult("unknown")
         want_inc, sid = parsed
-        inc = await self._incarnation(reader, keys)
+        inc = reader.inc if reader.inc_known else await self._incarnation(reader, keys)
         if inc is None:  # not created as far as we know: it may have been since
             reader.inc_known = False
             inc = await self._incarnation(reader, keys)
@@ -116,7 +113,7 @@ class RedisReads(EventReader):
         if inc is None:
             return ReadResult("ok" if want_inc is None else "unknown")
         position = parse_id(sid)
-        if position > parse_id(reader.last_id):
+        if position > reader.last_pos:
             if position > parse_id(await self._i.log.last_id(keys)):
                 return ReadResult("unknown")  # not a position of this log
             return ReadResult("ok")  # the reader will get there
