@@ -154,3 +154,27 @@ async def test_callers_waiting_for_a_connection_of_a_full_pool_are_served() -> N
         assert len(client.connection_pool._available_connections) == 1
     finally:
         await client.aclose()
+
+
+async def test_a_connection_holding_a_stray_reply_is_not_lent(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    """A connection given back with a reply nobody read (sent, never awaited) would answer the
+    next command with it: the lean path leaves it to the full checkout, which reconnects it."""
+    lean, _, prefix = clients
+    key = f"{prefix}:k"
+    await lean.set(key, "value")
+    pool = lean.connection_pool
+    assert isinstance(pool, LeanPool)
+    connection = await pool.get_connection()
+    await connection.send_command("ECHO", "stray")  # its reply is never read
+    for _ in range(200):  # until the reply sits in the connection's buffer
+        if connection._reader._buffer:  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0.01)
+    await pool.release(connection)
+    assert len(pool._available_connections) >= 1
+    assert await lean.get(key) == b"value"  # not b"stray"
+    async with lean.pipeline(transaction=False) as pipe:
+        pipe.get(key)
+        assert await pipe.execute() == [b"value"]

@@ -13,6 +13,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from app.backends.redis.backend import RedisBackend, RunFenced
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
@@ -52,6 +53,9 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         health_check_interval=15,
+        # Off: a plain Redis sends none, and while on ("auto") redis-py's checkout skips its
+        # check for a connection holding an unread reply and hands that reply to the next caller.
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
     )
     pack_with_hiredis(pool)
     send_without_task(pool)

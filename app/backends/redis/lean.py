@@ -69,6 +69,16 @@ def send_without_task(pool: ConnectionPool) -> None:
     pool.connection_class = cast(type[AbstractConnection], type(name, (_SendWithoutTask, base), {}))
 
 
+def _has_data(connection: AbstractConnection) -> bool:
+    """Bytes received and not read (a reply nobody waited for): the full path's checkout
+    reconnects such a connection."""
+    stream = getattr(connection, "_reader", None)
+    if stream is not None and getattr(stream, "_buffer", None):
+        return True
+    reader = getattr(getattr(connection, "_parser", None), "_reader", None)
+    return bool(reader is not None and reader.has_data())
+
+
 class LeanPool(BlockingConnectionPool):
     """A blocking pool that also lends an idle connection without awaiting anything."""
 
@@ -76,7 +86,7 @@ class LeanPool(BlockingConnectionPool):
         """The most recently used idle connection, if it is connected; else None (the caller
         takes the full path, which connects one)."""
         available = self._available_connections
-        if not available or not available[-1].is_connected:
+        if not available or not available[-1].is_connected or _has_data(available[-1]):
             return None
         connection = available.pop()
         self._in_use_connections.add(connection)
