@@ -7,8 +7,10 @@ that sending it and reading its reply cost (a run's start is ~60 commands). When
 connected connection is at hand, :class:`LeanRedis` sends the command on it and parses the reply
 with redis-py's own code (response callbacks, errors). A connection error hands the command to
 redis-py's full path (reconnect, retries with backoff), which is what redis-py's retry would have
-done with it; the connection was already closed by redis-py, as on its own path. Everything else
-(pipelines, pub/sub, a pool with no idle connection) takes redis-py's path unchanged.
+done with it; the connection was already closed by redis-py, as on its own path. A plain
+pipeline (no ``MULTI``, ``WATCH`` or scripts to load) is sent the same way; everything else
+(transactions, pub/sub, a pool with no idle connection) takes redis-py's path unchanged. A
+connection holding a reply nobody read is never lent (the full checkout reconnects it).
 
 Connections of the pool also send without ``asyncio.wait_for``, which wraps each write in a new
 task (two more turns of the loop a command); the write's timeout is an ``asyncio.timeout``.
