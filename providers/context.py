@@ -159,7 +159,21 @@ class RunContext:
                 f'Provider "{self.provider_id}" emitted "{type}" after the run ended.'
             )
         event = self.factory.create(type, payload, parent_id=parent_id, meta=meta)
-        self._track(type, event["payload"], meta)
+        if type not in _UNTRACKED:
+            self._track(type, event["payload"], meta)
+        self._outbox.append(event)
+        self.events.append(event)
+        return event
+
+    def _emit_text(
+        self, type: str, payload: dict[str, Any], meta: Mapping[str, Any] | None
+    ) -> AgentEvent:
+        """``emit`` of a text delta (no parent, nothing to track): one call per streamed delta."""
+        if self.terminal is not None:
+            raise ProviderError(
+                f'Provider "{self.provider_id}" emitted "{type}" after the run ended.'
+            )
+        event = self.factory.create(type, payload, meta=meta)
         self._outbox.append(event)
         self.events.append(event)
         return event
@@ -331,7 +345,7 @@ class RunContext:
     def message_delta(
         self, message_id: str, delta: Any, *, meta: Mapping[str, Any] | None = None
     ) -> AgentEvent:
-        return self.emit("message.delta", {"messageId": message_id, "delta": delta}, meta=meta)
+        return self._emit_text("message.delta", {"messageId": message_id, "delta": delta}, meta)
 
     def complete_message(
         self, message_id: str, content: Any = None, *, meta: Mapping[str, Any] | None = None
@@ -356,7 +370,7 @@ class RunContext:
         self, reasoning_id: str, delta: str, *, meta: Mapping[str, Any] | None = None
     ) -> AgentEvent:
         payload = {"reasoningId": reasoning_id, "delta": delta}
-        return self.emit("reasoning.delta", payload, meta=meta)
+        return self._emit_text("reasoning.delta", payload, meta)
 
     def complete_reasoning(
         self,

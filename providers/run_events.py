@@ -44,12 +44,13 @@ def _delta_key(event: AgentEvent) -> tuple[str, Any] | None:
 class RunEventLog:
     """An append-only sequence of events; iterating yields them with delta runs merged."""
 
-    __slots__ = ("_chunks", "_events", "_head", "_key", "_last", "_loose", "_size")
+    __slots__ = ("_chunks", "_events", "_head", "_head_meta", "_key", "_last", "_loose", "_size")
 
     def __init__(self) -> None:
         self._events: list[AgentEvent] = []
         self._key: tuple[str, Any] | None = None
         self._head: AgentEvent | None = None  # first delta of the open group
+        self._head_meta: Any = None  # its meta (None when absent)
         self._last: AgentEvent | None = None  # last delta of the open group
         self._chunks: list[str] = []
         self._loose = 0  # deltas appended to _chunks since its last merge
@@ -59,20 +60,25 @@ class RunEventLog:
         self._size += 1
         group = self._key
         if group is not None and event["type"] == group[0]:
-            # The next delta of the open group (inlined _delta_key: this runs per streamed delta).
+            # The next delta of the open group (inlined _delta_key and _add: this runs per
+            # streamed delta).
             payload = event["payload"]
             delta = payload.get("delta")
             if (
                 isinstance(delta, str)
                 and len(payload) == 2
                 and payload.get(DELTA_IDS[group[0]], _ABSENT) == group[1]
-                and event.get("meta") == self._meta()
+                and event.get("meta") == self._head_meta
             ):
-                self._add(delta)
                 self._last = event
+                chunks = self._chunks
+                chunks.append(delta)
+                self._loose += 1
+                if self._loose == MERGE_EVERY:
+                    self._merge_loose()
                 return
         key = _delta_key(event)
-        if key is not None and key == self._key and event.get("meta") == self._meta():
+        if key is not None and key == self._key and event.get("meta") == self._head_meta:
             self._add(event["payload"]["delta"])
             self._last = event
             return
@@ -81,22 +87,23 @@ class RunEventLog:
             self._events.append(event)
             return
         self._key, self._head, self._last = key, event, event
+        self._head_meta = event.get("meta")
         self._chunks = [event["payload"]["delta"]]
         self._loose = 1
 
     def _add(self, delta: str) -> None:
-        chunks = self._chunks
-        chunks.append(delta)
+        self._chunks.append(delta)
         self._loose += 1
         if self._loose == MERGE_EVERY:
-            # The last MERGE_EVERY deltas become one string (earlier merged ones stay as they
-            # are: O(1) per delta): 50,000 short deltas kept one by one cost ~3.4 MB of
-            # string objects, merged ~1 MB.
-            chunks[-MERGE_EVERY:] = ["".join(chunks[-MERGE_EVERY:])]
-            self._loose = 0
+            self._merge_loose()
 
-    def _meta(self) -> Any:
-        return None if self._head is None else self._head.get("meta")
+    def _merge_loose(self) -> None:
+        # The last MERGE_EVERY deltas become one string (earlier merged ones stay as they are:
+        # O(1) per delta): 50,000 short deltas kept one by one cost ~3.4 MB of string objects,
+        # merged ~1 MB.
+        chunks = self._chunks
+        chunks[-MERGE_EVERY:] = ["".join(chunks[-MERGE_EVERY:])]
+        self._loose = 0
 
     def _merged(self) -> AgentEvent | None:
         head, last = self._head, self._last
@@ -111,7 +118,7 @@ class RunEventLog:
         merged = self._merged()
         if merged is not None:
             self._events.append(merged)
-        self._key = self._head = self._last = None
+        self._key = self._head = self._last = self._head_meta = None
         self._chunks = []
         self._loose = 0
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from core.events import RUN_TERMINAL_TYPES, validate_event
 from providers.contract import AgentEvent, AgentProvider, Command, OnEvent, OnEvents, RunOptions
+from providers.delta_check import is_plain_delta, is_run_id
 from providers.errors import AbortError, ProviderError, WaitTimeout
 
 __all__ = ["AgentProviderProtocolError", "run_agent_provider"]
@@ -83,9 +84,21 @@ async def run_agent_provider(
     #: Checked events not yet handed to the consumer.
     pending: list[AgentEvent] = []
 
+    declared = frozenset(event_types)
+    #: is_plain_delta's precondition; without it every event takes the full checks.
+    short = is_run_id(session_id) and is_run_id(run_id)
+
     def collect(events: Iterable[AgentEvent]) -> None:
         # Checks inline, no await: this loop carries every event of the run.
         for event in events:
+            if short and is_plain_delta(event, session_id, run_id):
+                # Valid and of this run (see providers.delta_check): only the type is left.
+                if event["type"] not in declared:
+                    raise AgentProviderProtocolError(
+                        f'Provider "{provider.id}" emitted undeclared event type "{event["type"]}".'
+                    )
+                pending.append(event)
+                continue
             if validate_event(event) is not None:
                 raise AgentProviderProtocolError(
                     f'Provider "{provider.id}" emitted an invalid event.'
@@ -95,7 +108,7 @@ async def run_agent_provider(
                     f'Provider "{provider.id}" emitted an event outside the active session or run.'
                 )
             kind = event["type"]
-            if kind not in event_types:
+            if kind not in declared:
                 raise AgentProviderProtocolError(
                     f'Provider "{provider.id}" emitted undeclared event type "{kind}".'
                 )

@@ -20,7 +20,16 @@ import orjson
 from providers.errors import UpstreamError, UpstreamMalformedChunk
 from providers.openai_chat.usage import find_openai_usage
 
-__all__ = ["ChatChunk", "ChoiceDelta", "Segment", "ToolCallDelta", "decode_chunk"]
+__all__ = [
+    "ChatChunk",
+    "ChoiceDelta",
+    "Segment",
+    "ToolCallDelta",
+    "decode_chunk",
+    "decode_payload",
+    "load_payload",
+    "streamed_text",
+]
 
 SegmentKind = Literal["reasoning", "content", "refusal"]
 
@@ -138,16 +147,19 @@ def _raise_error(error: Any) -> None:
     raise UpstreamError(_text(error) or "The upstream reported an error.")
 
 
-def decode_chunk(data: str) -> ChatChunk:
-    """Decode one SSE ``data`` payload; ``[DONE]`` gives ``ChatChunk(done=True)``."""
-    if data[:1] != "{" and data.strip() == "[DONE]":
-        return ChatChunk(done=True)
+def load_payload(data: str) -> dict[str, Any]:
+    """``orjson.loads`` of a chunk that must be a JSON object (else ``UpstreamMalformedChunk``)."""
     try:
         payload = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise UpstreamMalformedChunk("The upstream sent a chunk that is not JSON.") from None
     if type(payload) is not dict:
         raise UpstreamMalformedChunk("The upstream sent a chunk that is not a JSON object.")
+    return payload
+
+
+def decode_payload(payload: dict[str, Any]) -> ChatChunk:
+    """Decode one loaded chunk object (an ``error`` object raises ``UpstreamError``)."""
     if payload.get("error"):
         _raise_error(payload["error"])
     raw_choices = payload.get("choices")
@@ -158,3 +170,41 @@ def decode_chunk(data: str) -> ChatChunk:
         choices=[_choice(c, i) for i, c in enumerate(choices) if type(c) is dict],
         usage=find_openai_usage(payload),
     )
+
+
+def decode_chunk(data: str) -> ChatChunk:
+    """Decode one SSE ``data`` payload; ``[DONE]`` gives ``ChatChunk(done=True)``."""
+    if data[:1] != "{" and data.strip() == "[DONE]":
+        return ChatChunk(done=True)
+    return decode_payload(load_payload(data))
+
+
+def streamed_text(payload: dict[str, Any]) -> tuple[int, str] | None:
+    """``(choice index, text)`` when ``payload`` is the streamed-text chunk, else None.
+
+    The streamed-text chunk is what ``decode_payload`` reads as one choice with at most one
+    ``content`` segment and nothing else: no error, no usage, one choice object whose ``delta``
+    is ``{"content": str}`` (maybe with ``role``) and whose ``finish_reason`` is null or absent.
+    Anything else (None) takes the general path; the tests hold the two paths to the same events.
+    """
+    choices = payload.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    size = len(delta)
+    if not (size == 1 or (size == 2 and "role" in delta)):
+        return None
+    content = delta.get("content")
+    if type(content) is not str:
+        return None
+    if payload.get("error") or payload.get("usage") is not None:
+        return None
+    if payload.get("x_groq") is not None:
+        return None
+    index = choice.get("index")
+    return (index if type(index) is int else 0), content

@@ -18,9 +18,17 @@ from typing import Any
 from providers.context import RunContext
 from providers.errors import UpstreamProtocolError
 from providers.model_calls import parse_arguments
-from providers.openai_chat.chunks import ChatChunk, Segment, ToolCallDelta
+from providers.openai_chat.chunks import (
+    ChatChunk,
+    Segment,
+    ToolCallDelta,
+    decode_chunk,
+    decode_payload,
+    load_payload,
+    streamed_text,
+)
 
-__all__ = ["ModelCall", "apply_chunk", "finish_choice"]
+__all__ = ["ModelCall", "apply_chunk", "apply_data", "finish_choice"]
 
 TRUNCATED = "truncated_arguments"
 
@@ -220,3 +228,31 @@ def apply_chunk(call: ModelCall, ctx: RunContext, chunk: ChatChunk) -> None:
 
 def _dispatch(call: ModelCall, ctx: RunContext, index: int, segment: Segment) -> None:
     SEGMENT_HANDLERS[segment.kind](call, ctx, index, segment.text)
+
+
+def apply_data(call: ModelCall, ctx: RunContext, data: str) -> None:
+    """Map one SSE ``data`` payload: ``apply_chunk(call, ctx, decode_chunk(data))``, with the
+    streamed-text chunk (nearly every chunk of an answer) taken straight to its delta."""
+    if data[:1] != "{":
+        apply_chunk(call, ctx, decode_chunk(data))
+        return
+    payload = load_payload(data)
+    text = streamed_text(payload)
+    if text is None:
+        apply_chunk(call, ctx, decode_payload(payload))
+        return
+    # What apply_chunk does for this chunk, without the ChatChunk/ChoiceDelta/Segment objects
+    # and the handler chain (~3 µs of the runner's ~20 µs per event).
+    if not call.upstream_id:
+        call.upstream_id = payload.get("id") or None
+    if not call.model:
+        call.model = payload.get("model") or None
+    index, content = text
+    state = call.choices.get(index)
+    if state is not None and state.message_open and state.reasoning_id is None:
+        if content:
+            ctx.message_delta(state.message_id, content)
+        return
+    call.choice(index)
+    if content:
+        _on_content(call, ctx, index, content)

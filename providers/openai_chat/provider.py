@@ -9,8 +9,7 @@ from providers.context import RunContext
 from providers.contract import AgentEvent
 from providers.errors import UpstreamDropped
 from providers.model_calls import ModelApiConfig, ModelApiProvider
-from providers.openai_chat.chunks import decode_chunk
-from providers.openai_chat.mapping import ModelCall, apply_chunk, finish_choice
+from providers.openai_chat.mapping import ModelCall, apply_data, finish_choice
 from providers.openai_chat.request import build_chat_request
 from providers.openai_chat.usage import normalise_openai_usage
 
@@ -19,6 +18,8 @@ __all__ = ["OpenAIChatProvider"]
 
 def _chunk_data(chunk: Any) -> str:
     data = getattr(chunk, "data", chunk)
+    if type(data) is str:
+        return data
     if isinstance(data, bytes):
         return data.decode("utf-8")
     if not isinstance(data, str):
@@ -48,7 +49,7 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
         )
 
     def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
-        apply_chunk(self.model_run(ctx).call, ctx, decode_chunk(_chunk_data(chunk)))
+        apply_data(self.model_run(ctx).call, ctx, _chunk_data(chunk))
 
     def on_upstream_end(self, ctx: RunContext) -> None:
         call = self.model_run(ctx).call
