@@ -85,6 +85,10 @@ class SSEParser:
             return []
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+        elif not (self._pending or self._data or self._size) and text.endswith("\n\n"):
+            events = self._frames(text)
+            if events is not None:
+                return events
         lines = text.split("\n")
         if self._pending:
             lines[0] = self._pending + lines[0]
@@ -94,6 +98,31 @@ class SSEParser:
             self._lines(lines, out)
         if len(self._pending) > self._max:
             raise UpstreamEventTooLarge(self._max)
+        return out
+
+    def _frames(self, text: str) -> list[ServerSentEvent] | None:
+        """The events of ``text`` when it is whole ``data: …`` frames (one line each, ended by a
+        blank line: what an OpenAI-compatible server writes), else None (parse it by lines).
+
+        Called between events only (no partial line, no line of an unfinished event read): each
+        frame is then one event, exactly as the line loop would read it, without its two loop
+        turns per event.
+        """
+        frames = text.split("\n\n")
+        frames.pop()  # the "" after the last blank line
+        # Every "\n" is in a separator: no frame has a second line (nor an empty one).
+        if text.count("\n") != 2 * len(frames):
+            return None
+        limit, event, last_id, retry = self._max, self._event, self._id, self._retry
+        if event or retry is not None:
+            return None  # an event/retry field pending from a previous piece: the line loop
+        out: list[ServerSentEvent] = []
+        for frame in frames:
+            if not frame.startswith("data: ") or len(frame) > limit:
+                return None  # nothing consumed yet: the line loop starts over
+            # Positional: the keyword call costs twice as much (~1 µs on the bench machine).
+            out.append(ServerSentEvent("", frame[6:], last_id, None))
+        self._size = 0
         return out
 
     def close(self) -> list[ServerSentEvent]:
@@ -111,11 +140,8 @@ class SSEParser:
             if not line:
                 size = 0
                 if data or self._event or self._id or self._retry is not None:
-                    out.append(
-                        ServerSentEvent(
-                            event=self._event, data="\n".join(data), id=self._id, retry=self._retry
-                        )
-                    )
+                    # Positional: the keyword call costs twice as much.
+                    out.append(ServerSentEvent(self._event, "\n".join(data), self._id, self._retry))
                     data = self._data = []
                     self._event = ""
                     self._retry = None
