@@ -13,6 +13,7 @@ once and the upstream sees the disconnect immediately; the response is then clos
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
@@ -258,7 +259,19 @@ class SSETransport:
                         excerpt = await _excerpt(response, request.headers.values())
                         raise UpstreamHTTPError(response.status_code, excerpt)
                     parser = SSEParser(request.max_event_bytes, strict_fields=self.strict_fields)
-                    async for text in response.aiter_text():
+                    # What response.aiter_text() does (the same decoder), one async generator
+                    # layer less per read (~0.5 µs of the runner's ~17 µs per 1-event read).
+                    decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")
+                    decode = decoder(errors="replace").decode
+                    async for raw in response.aiter_bytes():
+                        text = decode(raw)
+                        if text:
+                            stopper.check()
+                            events = parser.feed(text)
+                            if events:
+                                yield events
+                    text = decode(b"", True)
+                    if text:
                         stopper.check()
                         events = parser.feed(text)
                         if events:

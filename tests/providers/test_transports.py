@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import providers
 import providers.transports
@@ -190,3 +193,58 @@ async def test_error_body_excerpt_is_redacted() -> None:
     assert "[redacted]" in body
     assert caught.value.to_agent_error()["retryable"] is False
     await client.aclose()
+
+
+class _Reads(httpx.AsyncByteStream):
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for read in self.reads:
+            yield read
+
+
+def _response(reads: list[bytes], content_type: str) -> httpx.Response:
+    return httpx.Response(200, headers={"content-type": content_type}, stream=_Reads(reads))
+
+
+async def _by_aiter_text(reads: list[bytes], content_type: str) -> list[tuple[str, str, str]]:
+    """The reference: httpx's own aiter_text() into the parser (what open_batches read)."""
+    parser = SSEParser(1 << 20)
+    out = []
+    async for text in _response(reads, content_type).aiter_text():
+        out += parser.feed(text)
+    out += parser.close()
+    return [(e.event, e.data, e.id) for e in out]
+
+
+async def _by_transport(reads: list[bytes], content_type: str) -> list[tuple[str, str, str]]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _response(reads, content_type)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    transport = SSETransport(client=client)
+    request = UpstreamRequest("http://up/x", json={}, max_event_bytes=1 << 20)
+    out = [event async for event in transport.open(request, AbortSignal())]
+    await client.aclose()
+    return [(e.event, e.data, e.id) for e in out]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    datas=st.lists(st.text(alphabet="aé€😀\r\n:", max_size=8), max_size=6),
+    tail=st.sampled_from([b"", b"data: x", b"data: \xe2\x82", b"\xff\n\n"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    content_type=st.sampled_from(
+        ["text/event-stream", "text/event-stream; charset=utf-8", "text/plain; charset=latin-1"]
+    ),
+)
+async def test_sse_transport_decodes_reads_as_aiter_text_does(
+    datas: list[str], tail: bytes, cuts: list[int], content_type: str
+) -> None:
+    """Reads cut inside multi-byte characters, invalid bytes, an unterminated last frame, a
+    declared charset: the transport's own decoding gives what httpx's aiter_text gave."""
+    body = b"".join(f"data: {d}\n\n".encode() for d in datas) + tail
+    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+    reads = [body[a:b] for a, b in itertools.pairwise(points) if body[a:b]]
+    assert await _by_transport(reads, content_type) == await _by_aiter_text(reads, content_type)
