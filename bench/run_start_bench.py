@@ -160,6 +160,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=2, help="deltas per run")
     parser.add_argument("--trees", default=str(procs.ROOT), help="source trees, comma-separated")
+    parser.add_argument("--raw", action="store_true", help="also print each round's CPU figures")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     with contextlib.ExitStack() as exits:
@@ -189,6 +190,9 @@ def main() -> None:
             _rows(samples),
         )
     )
+    if args.raw:
+        for name, s in samples.items():
+            print(f"{name}: seq {s.cpu_stream} burst {s.cpu_burst} 202 {s.cpu_202}")
 
 
 if __name__ == "__main__":
