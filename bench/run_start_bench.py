@@ -11,8 +11,12 @@ are short (``--chunks`` deltas, no delay), so the CPU is mostly the start's. CPU
 ``/tmp/start-before`` and this worktree) and alternates their rounds in the same minutes: an
 A/B that wall-clock noise from other processes hits alike.
 
+``--asgi`` measures the CPU of the start itself instead, with less noise: a process per tree
+and round sends ``--n`` starts straight to the ASGI app (no sockets, no uvicorn; the tests'
+scripted provider, no upstream) and reports ``time.process_time`` per start, runs included.
+
 Usage: ``.venv/bin/python bench/run_start_bench.py [--n 200] [--concurrent 60] [--rounds 3]
-[--chunks 2] [--trees /tmp/start-before,.]``
+[--chunks 2] [--trees /tmp/start-before,.] [--asgi]``
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -153,6 +158,115 @@ def _rows(samples: dict[str, Samples]) -> list[list[object]]:
     return rows
 
 
+async def asgi_starts(n: int, stream: bool) -> float:
+    """CPU ms per start of ``n`` starts sent straight to a gateway app (imported from the
+    first entry of ``sys.path``), their runs included."""
+    import logging
+
+    import orjson
+    from starlette.types import Message
+
+    from app.backends import ConversationRef
+    from app.factory import create_app
+    from tests.app.gateway_server import make_settings
+    from tests.app.scripted_provider import ScriptedProvider
+
+    logging.disable(logging.CRITICAL)
+    settings = make_settings(
+        limits={"runs_per_minute_per_principal": 10**9, "max_conversations_per_principal": 10**9}
+    )
+    app = create_app(settings, providers={"demo": ScriptedProvider()})
+    gateway = app.state.gateway
+    await gateway.start()
+    body = orjson.dumps({"input": {"prompt": "text:2"}})
+    never = asyncio.Event()
+
+    async def start(key: str) -> None:
+        path = f"/v1/conversations/{key}/runs"
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"stream=true" if stream else b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"gateway"),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+            "state": {},
+        }
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> Message:
+            if messages:
+                return messages.pop()
+            await never.wait()  # the client never leaves
+            raise AssertionError
+
+        status: list[int] = []
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+
+        await app(scope, receive, send)
+        if status != [200 if stream else 202]:
+            raise RuntimeError(f"start refused: {status}")
+
+    async def starts(prefix: str, count: int) -> None:
+        keys = [f"{prefix}-{index}" for index in range(count)]
+        for key in keys:
+            await start(key)
+        for key in keys:  # a 202's run ends after its answer
+            await gateway.runs.wait_idle(ConversationRef("anonymous", key), 10.0)
+
+    await starts("warm", 100)
+    before = time.process_time()
+    await starts("k", n)
+    cpu = (time.process_time() - before) * 1000 / n
+    await gateway.close()
+    return cpu
+
+
+def _asgi_child(tree: Path, n: int, stream: bool) -> float:
+    # This module from this tree (it puts this tree first on sys.path), then ``tree`` first:
+    # ``app`` and ``tests`` are imported from ``tree`` (not imported by this module).
+    code = (
+        "import runpy, sys, uvloop; "
+        f"bench = runpy.run_path({__file__!r}, run_name='run_start_bench'); "
+        f"sys.path.insert(0, {str(tree)!r}); "
+        "assert 'app' not in sys.modules; "
+        f"print(uvloop.run(bench['asgi_starts']({n}, {stream})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, check=True)
+    return float(out.stdout.decode().split()[-1])
+
+
+def asgi_main(trees: list[Path], n: int, rounds: int) -> None:
+    cpu: dict[tuple[Path, bool], list[float]] = {(t, s): [] for t in trees for s in (False, True)}
+    for _ in range(rounds):
+        for stream in (False, True):
+            for tree in trees:
+                cpu[tree, stream].append(_asgi_child(tree, n, stream))
+    rows = [[str(tree), median(cpu[tree, False]), median(cpu[tree, True])] for tree in trees]
+    print(
+        table(
+            f"Run starts through the ASGI app: {rounds} rounds of {n} (CPU ms per start, median)",
+            ["tree", "202 start", "?stream=true start"],
+            rows,
+        )
+    )
+    for (tree, stream), values in cpu.items():
+        print(f"{tree} {'stream' if stream else '202'}: {[round(v, 3) for v in values]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=200, help="sequential starts per round")
@@ -161,8 +275,12 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=2, help="deltas per run")
     parser.add_argument("--trees", default=str(procs.ROOT), help="source trees, comma-separated")
     parser.add_argument("--raw", action="store_true", help="also print each round's CPU figures")
+    parser.add_argument("--asgi", action="store_true", help="CPU per start in process")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
+    if args.asgi:
+        asgi_main(trees, args.n, args.rounds)
+        return
     with contextlib.ExitStack() as exits:
         upstream = procs.start_server("upstream")
         exits.callback(upstream.stop)
