@@ -88,10 +88,7 @@ async def _accept(
         submission = await gateway.runs.submit(
             ref, input, body.provider, body.multitask, reload=reload, answer_of=answer_of
         )
-        # GET …/state after the 202 shows the run. A stream needs no wait: it follows the log
-        # from the answer's cursor, so it gets the run's run.started whenever it is logged, and
-        # its response is under way meanwhile.
-        if not stream and submission.body["status"] == "started":
+        if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
             await submission.request.wait_started()
         return submission
 
