@@ -1,9 +1,10 @@
-"""HTTP plumbing shared by the routes: body limits and media type, principal, references."""
+"""HTTP plumbing shared by the routes: body limits and media type, principal, references, and
+the fast paths that answer a route's well-formed requests without FastAPI's parameter solving."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Request
 from fastapi.routing import APIRoute
@@ -17,9 +18,38 @@ from app.auth.tokens import TokenTable, bearer_token
 from app.backends import ConversationRef
 from app.gateway import Gateway
 
-__all__ = ["ConversationKey", "GatewayRoute", "Principal", "get_gateway", "principal_of"]
+__all__ = [
+    "ConversationKey",
+    "FastPath",
+    "GatewayRoute",
+    "Principal",
+    "fast_path",
+    "get_gateway",
+    "principal_of",
+]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: A route's handler for the requests it can answer by itself: a response, or None to let
+#: FastAPI's handler answer (it then answers exactly as if there were no fast path).
+FastPath = Callable[[Request], Awaitable[Response | None]]
+_FAST_PATHS: dict[Callable[..., Any], FastPath] = {}
+#: False in the tests that compare every fast path with FastAPI's general path.
+FAST_PATHS_ENABLED = True
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
+
+
+def fast_path(handler: FastPath) -> Callable[[_Endpoint], _Endpoint]:
+    """Give the decorated endpoint (of a ``GatewayRoute``) ``handler`` as its fast path.
+
+    It must answer only requests FastAPI would accept as they are, as the endpoint would, and
+    leave every other request (None) to FastAPI: validation errors stay FastAPI's. Apply it
+    below the route decorator (the route reads it when it is built)."""
+
+    def register(endpoint: _Endpoint) -> _Endpoint:
+        _FAST_PATHS[endpoint] = handler
+        return endpoint
+
+    return register
 
 
 def _is_json(content_type: str) -> bool:
@@ -30,10 +60,12 @@ def _is_json(content_type: str) -> bool:
 
 
 class GatewayRoute(APIRoute):
-    """Checks size (413) and media type (415) of a body before FastAPI parses it."""
+    """Checks size (413) and media type (415) of a body before FastAPI parses it, then lets
+    the endpoint's fast path (``fast_path``) answer if it can."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        fast = _FAST_PATHS.get(self.endpoint)
 
         async def guarded(request: Request) -> Response:
             if request.method in _BODY_METHODS:
@@ -55,6 +87,10 @@ class GatewayRoute(APIRoute):
                     raise ApiError(
                         415, "unsupported_media_type", "The body must be application/json."
                     )
+            if fast is not None and FAST_PATHS_ENABLED:
+                response = await fast(request)
+                if response is not None:
+                    return response
             return await handler(request)
 
         return guarded

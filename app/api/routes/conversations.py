@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import Response
 
 from app.api.error_responses import ERRORS
 from app.api.errors import ApiError
-from app.api.http import GatewayDep, GatewayRoute, Principal, Ref
+from app.api.http import (
+    GatewayDep,
+    GatewayRoute,
+    Principal,
+    Ref,
+    fast_path,
+    get_gateway,
+    principal_of,
+)
 from app.api.idempotency import idempotent_run
 from app.api.listing import (
     DEFAULT_PAGE,
@@ -21,6 +31,7 @@ from app.api.listing import (
 )
 from app.api.responses import JSON
 from app.api.schemas import (
+    KEY_PATTERN,
     AbortAnswer,
     AbortBody,
     ConversationPatch,
@@ -30,6 +41,7 @@ from app.api.schemas import (
     RunRecord,
     SnapshotBody,
 )
+from app.backends import ConversationRef
 from app.runs.limits import check_json_size
 from app.runs.manager import AnswerOf, Submission
 from app.runs.records import run_record, wait_for_run
@@ -37,7 +49,7 @@ from app.streams.follow import Follow
 from app.streams.snapshot import snapshot_object
 from app.streams.sse import sse_response
 
-__all__ = ["RUN_ID_HEADER", "router"]
+__all__ = ["RUN_ID_HEADER", "router", "well_formed_start"]
 
 #: On a ``?stream=true`` answer: the id of the run the stream is for.
 RUN_ID_HEADER = "X-Run-Id"
@@ -104,6 +116,47 @@ async def _accept(
     return JSON(answer, status_code=202)
 
 
+_KEY = re.compile(KEY_PATTERN)
+#: The ``stream`` values the fast path reads. FastAPI accepts more spellings (``yes``, ``on``…)
+#: and answers 422 to others: those requests go to it.
+_STREAM: dict[str | None, bool] = {None: False, "true": True, "false": False}
+
+
+def well_formed_start(key: str, stream: str | None, body: bytes) -> tuple[RunBody, bool] | None:
+    """The body and ``stream`` of a ``start_run`` request FastAPI would accept as it is
+    (conversation key, query, JSON body as it parses and validates them); None otherwise."""
+    flag = _STREAM.get(stream)
+    if flag is None or not body or _KEY.fullmatch(key) is None:
+        return None
+    try:  # json.loads as Starlette's request.json(); the model as FastAPI validates a body
+        return RunBody.model_validate(json.loads(body)), flag
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+async def _start_run_fast(request: Request) -> Response | None:
+    """``start_run`` for a well-formed request, without FastAPI's dependency solving and
+    parameter validation: ~0.7 ms less CPU per start (3.0 -> 2.2 ms for a 202 start through
+    the ASGI app in process, on a machine 2x slower than the issue's). The principal is
+    resolved after the checks, FastAPI resolves it before them: an auth error wins over a
+    validation error either way, and nothing was done before it."""
+    key: str = request.path_params["conversationKey"]
+    parsed = well_formed_start(key, request.query_params.get("stream"), await request.body())
+    if parsed is None:
+        return None
+    body, stream = parsed
+    headers = request.headers
+    return await _accept(
+        get_gateway(request),
+        ConversationRef(principal_of(request), key),
+        body,
+        stream,
+        headers.get("idempotency-key"),
+        reload=False,
+        last_event_id=headers.get("last-event-id"),
+    )
+
+
 @router.post(
     "/{conversationKey}/runs",
     status_code=202,
@@ -111,6 +164,7 @@ async def _accept(
     responses={**ERRORS, **_STREAM_DOC},
     summary="onRequest: start a run",
 )
+@fast_path(_start_run_fast)
 async def start_run(
     gateway: GatewayDep,
     ref: Ref,
