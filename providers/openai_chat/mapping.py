@@ -217,7 +217,14 @@ def apply_chunk(call: ModelCall, ctx: RunContext, chunk: ChatChunk) -> None:
     if chunk.usage is not None:
         call.usage = chunk.usage
     for choice in chunk.choices:
-        call.choice(choice.index).reasoning_details.extend(choice.reasoning_details)
+        state = call.choice(choice.index)
+        if state.finished and (choice.segments or choice.tool_calls):
+            # Its message and tools are closed: a delta now could only reopen or grow a
+            # finished entity, which the protocol forbids.
+            raise UpstreamProtocolError(
+                f"The upstream streamed into choice {choice.index} after its finish_reason."
+            )
+        state.reasoning_details.extend(choice.reasoning_details)
         for segment in choice.segments:
             _dispatch(call, ctx, choice.index, segment)
         for delta in choice.tool_calls:
@@ -241,18 +248,18 @@ def apply_data(call: ModelCall, ctx: RunContext, data: str) -> None:
     if text is None:
         apply_chunk(call, ctx, decode_payload(payload))
         return
+    index, content = text
+    state = call.choices.get(index)
+    if state is None or not state.message_open or state.reasoning_id is not None:
+        # The first text of a message, text after reasoning or after the finish: the general
+        # path, which opens, closes and refuses as it must.
+        apply_chunk(call, ctx, decode_payload(payload))
+        return
     # What apply_chunk does for this chunk, without the ChatChunk/ChoiceDelta/Segment objects
     # and the handler chain (~3 µs of the runner's ~20 µs per event).
     if not call.upstream_id:
         call.upstream_id = payload.get("id") or None
     if not call.model:
         call.model = payload.get("model") or None
-    index, content = text
-    state = call.choices.get(index)
-    if state is not None and state.message_open and state.reasoning_id is None:
-        if content:
-            ctx.message_delta(state.message_id, content)
-        return
-    call.choice(index)
     if content:
-        _on_content(call, ctx, index, content)
+        ctx.message_delta(state.message_id, content)

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 
 from providers.openai_chat import (
     OpenAIChatProvider,
@@ -90,6 +91,46 @@ async def test_length_inside_tool_arguments_fails_the_tool_and_completes() -> No
     assert failed["payload"]["error"]["code"] == "truncated_arguments"
     assert terminal(events)["type"] == "run.completed"
     assert terminal(events)["payload"]["output"] == {"stopReason": "length"}
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]},
+        {"content": "more"},
+        {"reasoning_content": "hmm"},
+    ],
+)
+async def test_a_delta_after_the_choice_finished_fails_the_run_cleanly(
+    late: dict[str, Any],
+) -> None:
+    call = {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{"}}
+    events = await run_frames(  # the contract check inside: no reopened or grown entity
+        [
+            delta_chunk({"content": "Hi"}),
+            delta_chunk({"tool_calls": [call]}),
+            delta_chunk({}, "tool_calls"),
+            delta_chunk(late),
+            "data: [DONE]\n\n",
+        ]
+    )
+    error = terminal(events)["payload"]["error"]
+    assert error["code"] == "upstream_protocol_error"
+    assert "after its finish_reason" in error["message"]
+    opened = [e for e in events if e["type"] == "message.started"]
+    assert [e["payload"]["messageId"] for e in opened].count("msg_1") == 1
+
+
+async def test_a_chunk_without_deltas_after_the_finish_is_fine() -> None:
+    events = await run_frames(
+        [
+            delta_chunk({"content": "Hi"}),
+            delta_chunk({}, "stop"),
+            delta_chunk({}),  # e.g. a trailing usage-only chunk of a compatible server
+            "data: [DONE]\n\n",
+        ]
+    )
+    assert terminal(events)["type"] == "run.completed"
 
 
 async def test_arguments_before_the_name_are_buffered() -> None:
