@@ -20,7 +20,7 @@ from typing import Any, Final
 from core.events import EVENT_TYPE_LIST
 from core.keys import run_key_prefix, utf16_len
 
-__all__ = ["ProcessedIds", "Token"]
+__all__ = ["ProcessedIds", "RunIds", "Token"]
 
 #: Event type -> its code (0 means "no id at this sequence").
 _CODES: Final[dict[str, int]] = {etype: i + 1 for i, etype in enumerate(EVENT_TYPE_LIST)}
@@ -63,7 +63,7 @@ def _split_key(key: str) -> tuple[str, str] | None:
     return run_id, rest[len(run_id) :]
 
 
-class _Run:
+class RunIds:
     """One run's compact ids: a code per sequence (0: none)."""
 
     __slots__ = ("codes", "count", "head", "index", "run_id")
@@ -77,7 +77,7 @@ class _Run:
 
 
 #: A processed-id token: ``(run, sequence, code)`` for a factory-shaped id, else the key.
-Token = tuple[_Run, int, int] | str
+Token = tuple[RunIds, int, int] | str
 
 
 class ProcessedIds:
@@ -86,8 +86,8 @@ class ProcessedIds:
     __slots__ = ("_last", "_order", "_other", "_other_keys", "_run_list", "_runs")
 
     def __init__(self) -> None:
-        self._runs: dict[str, _Run] = {}
-        self._run_list: list[_Run] = []  # by index
+        self._runs: dict[str, RunIds] = {}
+        self._run_list: list[RunIds] = []  # by index
         self._other: set[str] = set()
         self._other_keys: list[str] = []  # the string keys, in insertion order
         #: Insertion order: [run index, first sequence, last sequence], or
@@ -107,10 +107,10 @@ class ProcessedIds:
 
     # --- tokens -----------------------------------------------------------------------------
 
-    def _run(self, run_id: str) -> _Run:
+    def _run(self, run_id: str) -> RunIds:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = _Run(run_id, len(self._run_list))
+            run = self._runs[run_id] = RunIds(run_id, len(self._run_list))
             self._run_list.append(run)
         return run
 
@@ -191,6 +191,26 @@ class ProcessedIds:
             self._last = [-1, position, position]
             self._order.append(self._last)
 
+    def add_next(self, run: RunIds, seq: int, code: int) -> bool:
+        """Add the compact token ``(run, seq, code)`` if ``seq`` is the next one of its run
+        (``len(run.codes)``), as ``add`` would; else change nothing and return False.
+
+        A stream's common case in one call: such a token is never processed yet unless it sits
+        among the string keys, so this declines whenever there are any.
+        """
+        codes = run.codes
+        if seq != len(codes) or self._other or seq >= 2 * run.count + _SLACK:
+            return False
+        codes.append(code)
+        run.count += 1
+        last = self._last
+        if last[0] == run.index and last[2] == seq - 1:
+            last[2] = seq
+        else:
+            self._last = [run.index, seq, seq]
+            self._order.append(self._last)
+        return True
+
     def pop_last(self, token: Token) -> None:
         """Remove ``token``, the last one added (a strict batch rolling back)."""
         segment = self._order[-1]
@@ -240,6 +260,6 @@ class ProcessedIds:
         return len(self._other) + sum(run.count for run in self._run_list)
 
 
-def _key(token: tuple[_Run, int, int]) -> str:
+def _key(token: tuple[RunIds, int, int]) -> str:
     run, seq, code = token
     return f"{run.head}{seq}:{_TYPES[code]}"
