@@ -84,7 +84,8 @@ class AgentStore:
         (the runner's check, protocol.md §6), so it is not validated a second time; the
         reducer's rules (§4) apply as always. Never pass it for an event checked by nobody.
         """
-        self._ensure_active()
+        if self._destroyed:  # _ensure_active, inlined: one call less per streamed delta
+            raise RuntimeError(_DESTROYED)
         outcome = self._apply_checked(event) if validated else self._apply(event)
         if self._listeners and (
             outcome is DispatchOutcome.ACCEPTED or outcome is DispatchOutcome.REJECTED
