@@ -83,7 +83,17 @@ Token = tuple[RunIds, int, int] | str
 class ProcessedIds:
     """An insertion-ordered set of processed event keys (see the module docstring)."""
 
-    __slots__ = ("_last", "_order", "_other", "_other_keys", "_run_list", "_runs")
+    __slots__ = (
+        "_base",
+        "_base_removals",
+        "_last",
+        "_order",
+        "_other",
+        "_other_keys",
+        "_removals",
+        "_run_list",
+        "_runs",
+    )
 
     def __init__(self) -> None:
         self._runs: dict[str, RunIds] = {}
@@ -94,6 +104,11 @@ class ProcessedIds:
         #: [-1, first, last] positions in ``_other_keys``.
         self._order: list[list[int]] = []
         self._last: list[int] = [-2, 0, 0]  # the newest segment (a sentinel before any)
+        self._removals = 0  # how many ``pop_last`` so far
+        #: The last dict ``to_dict`` returned (the engine's snapshot holds it anyway) and
+        #: ``_removals`` then: while nothing was removed, its keys are our first keys.
+        self._base: dict[str, bool] | None = None
+        self._base_removals = 0
 
     @classmethod
     def from_dict(cls, processed: Mapping[str, Any]) -> ProcessedIds:
@@ -213,6 +228,7 @@ class ProcessedIds:
 
     def pop_last(self, token: Token) -> None:
         """Remove ``token``, the last one added (a strict batch rolling back)."""
+        self._removals += 1
         segment = self._order[-1]
         if segment[0] == -1:
             key = self._other_keys.pop()
@@ -234,9 +250,25 @@ class ProcessedIds:
 
     def keys(self) -> list[str]:
         """Every key, in insertion order."""
+        return self._keys_of(self._order)
+
+    def _newest(self, count: int) -> list[str]:
+        """The newest ``count`` keys, in insertion order (O(count + segments walked))."""
+        segments: list[list[int]] = []
+        for index, first, last in reversed(self._order):
+            if count <= 0:
+                break
+            if last - first + 1 > count:
+                first = last - count + 1
+            segments.append([index, first, last])
+            count -= last - first + 1
+        segments.reverse()
+        return self._keys_of(segments)
+
+    def _keys_of(self, segments: list[list[int]]) -> list[str]:
         types = _TYPES
         out: list[str] = []
-        for index, first, last in self._order:
+        for index, first, last in segments:
             if index == -1:
                 out += self._other_keys[first : last + 1]
                 continue
@@ -246,8 +278,21 @@ class ProcessedIds:
         return out
 
     def to_dict(self) -> dict[str, bool]:
-        """``processedEventIds`` as the reference holds it."""
-        return dict.fromkeys(self.keys(), True)
+        """``processedEventIds`` as the reference holds it (a new dict; do not mutate it).
+
+        Built from the previous one when nothing was removed since: a C-level copy plus the
+        new keys, instead of formatting every key again (~20x cheaper per old key).
+        """
+        base = self._base
+        if base is None or self._base_removals != self._removals:
+            out = dict.fromkeys(self.keys(), True)
+        else:
+            out = base.copy()
+            for key in self._newest(len(self) - len(base)):
+                out[key] = True
+        self._base = out
+        self._base_removals = self._removals
+        return out
 
     def has_key(self, key: str) -> bool:
         """Whether the state key ``key`` is processed."""

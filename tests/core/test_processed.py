@@ -179,3 +179,45 @@ def test_add_next_declines_a_processed_or_out_of_turn_sequence() -> None:
     assert isinstance(nxt, tuple)
     assert not ids.add_next(*nxt)  # string keys present: the general path decides
     assert ids.keys() == [f"{prefix}r:0:message.delta", "odd-key"]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    ops=st.lists(
+        st.tuples(event_ids(), st.integers(0, 3), st.booleans(), st.booleans()), max_size=60
+    )
+)
+def test_to_dict_built_on_the_previous_one_equals_a_fresh_build(ops: list[Any]) -> None:
+    """``to_dict`` extends the dict it returned last; with insertions, roll-backs (several in
+    a row) and reads in any order it gives the keys and order a fresh build gives, and never
+    changes a dict it returned before."""
+    ids = ProcessedIds()
+    oracle: dict[str, bool] = {}
+    added: list[tuple[Any, str]] = []
+    returned: list[tuple[dict[str, bool], list[str]]] = []
+    for (run_id, event_id, seq, etype), roll_backs, read_before, read_after in ops:
+        if read_before:
+            got = ids.to_dict()
+            returned.append((got, list(got)))
+            assert list(got.items()) == list(oracle.items())
+        prefix = run_key_prefix(run_id)
+        key = prefix + event_id
+        token = ids.new_token(prefix, run_id, event_id, seq, etype)
+        if token is not None:
+            ids.add(token)
+            oracle[key] = True
+            added.append((token, key))
+        for _ in range(min(roll_backs - 1, len(added))):  # a strict batch rolling back
+            token, key = added.pop()
+            ids.pop_last(token)
+            del oracle[key]
+        if read_after:
+            got = ids.to_dict()
+            returned.append((got, list(got)))
+            assert list(got.items()) == list(oracle.items())
+    assert list(ids.to_dict().items()) == list(oracle.items())
+    for got, keys in returned:
+        assert list(got) == keys
+    every = ids.keys()
+    for count in range(len(every) + 1):  # only the new keys are formatted
+        assert ids._newest(count) == every[len(every) - count :]
