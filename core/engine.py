@@ -90,9 +90,10 @@ class Text:
 class _Stream:
     """The open entity a delta type last streamed into: all its next delta needs.
 
-    Valid until a record, run or session is put, the state loaded or a journal begun or rolled
-    back (``Engine._streams`` is then cleared); the hot path re-checks everything an event may
-    change: type, run, session, entity id, sequence, event id, processed id.
+    Valid until a record, run or session is put, a message's text content replaced by parts,
+    the state loaded or a journal begun or rolled back (``Engine._streams`` is then cleared);
+    the hot path re-checks what an event may differ in: type, run, session, entity id, delta
+    type, sequence, event id, processed id.
     """
 
     __slots__ = (
@@ -307,7 +308,10 @@ class Engine:
         stream = self._streams.get(etype)
         if stream is not None:
             # Hot path: the next text delta of the entity this type streamed into last.
-            # Every check the general path would make, on cached objects (~2x cheaper).
+            # Every check the general path would make, on cached objects: dispatch(validated=
+            # True) of a message.delta ~4.2 -> ~1.8 µs CPU (bench/core_dispatch_bench.py).
+            # (``sequence > last`` is implied by add_next while every id is compact; kept as
+            # the general path's rule 2, one dict read.)
             payload = event["payload"]
             run_id = stream.run_id
             sequence = event["sequence"]
