@@ -16,7 +16,7 @@ from core import issues as msgs
 from core.issues import AgentProtocolError, AgentProtocolIssue, IssueCode, make_issue
 from core.keys import run_key_prefix
 from core.kinds import ENTITY_MAPS, EVENT_ENTITY_KIND, ID_FIELDS, START_TYPES, TERMINAL_STATUSES
-from core.processed import ProcessedIds, Token
+from core.processed import ProcessedIds, RunIds, Token
 from core.state import STATE_KEYS, AgentState
 from core.transitions import follow_up, start_entity
 
@@ -87,6 +87,50 @@ class Text:
         return joined
 
 
+class _Stream:
+    """The open entity a delta type last streamed into: all its next delta needs.
+
+    Valid until a record, run or session is put, a message's text content replaced by parts,
+    the state loaded or a journal begun or rolled back (``Engine._streams`` is then cleared);
+    the hot path re-checks what an event may differ in: type, run, session, entity id, delta
+    type, sequence, event id, processed id.
+    """
+
+    __slots__ = (
+        "code",
+        "dirty",
+        "entity_id",
+        "id_field",
+        "ids",
+        "key",
+        "record",
+        "run_id",
+        "session_id",
+        "text",
+    )
+
+    def __init__(
+        self,
+        event: Mapping[str, Any],
+        id_field: str,
+        token: tuple[RunIds, int, int],
+        record: dict[str, Any],
+        text: Text,
+        dirty: dict[str, None],
+        key: str,
+    ) -> None:
+        self.run_id: str = event["runId"]
+        self.session_id: str = event["sessionId"]
+        self.id_field = id_field
+        self.entity_id: str = event["payload"][id_field]
+        self.ids = token[0]
+        self.code = token[2]
+        self.record = record
+        self.text = text
+        self.dirty = dirty
+        self.key = key
+
+
 def _internal_text(record: dict[str, Any], field: str) -> None:
     value = record.get(field)
     if isinstance(value, str):
@@ -105,6 +149,7 @@ class Engine:
         "_snap",
         "_snap_flat",
         "_snap_maps",
+        "_streams",
         "_version",
         "entities",
         "issues",
@@ -156,6 +201,8 @@ class Engine:
         self.processed = ProcessedIds.from_dict(src.get("processedEventIds", {}))
         self.last_seq: dict[str, Any] = dict(src.get("lastSequenceByRun", {}))
         self.journal = None
+        #: delta type -> the entity it streamed into last (see ``_Stream``).
+        self._streams: dict[str, _Stream] = {}
         self._dirty: dict[str, dict[str, None]] = {name: {} for name in _MAP_NAMES}
         self._snap_maps: dict[str, dict[str, Any]] = {}
         self._snap: AgentState | None = None
@@ -224,6 +271,7 @@ class Engine:
 
     def begin(self) -> None:
         self.journal = []
+        self._streams.clear()
 
     def commit(self) -> None:
         self.journal = None
@@ -231,6 +279,7 @@ class Engine:
     def rollback(self) -> None:
         journal = self.journal
         self.journal = None
+        self._streams.clear()
         if not journal:
             return
         for entry in reversed(journal):
@@ -255,10 +304,47 @@ class Engine:
 
     def apply(self, event: Mapping[str, Any]) -> int:
         """Apply one *valid* event: ACCEPTED, DUPLICATE or REJECTED (strict: raises)."""
+        etype: str = event["type"]
+        stream = self._streams.get(etype)
+        if stream is not None:
+            # Hot path: the next text delta of the entity this type streamed into last.
+            # Every check the general path would make, on cached objects: dispatch(validated=
+            # True) of a message.delta ~4.2 -> ~1.8 µs CPU (bench/core_dispatch_bench.py).
+            # (``sequence > last`` is implied by add_next while every id is compact; kept as
+            # the general path's rule 2, one dict read.)
+            payload = event["payload"]
+            run_id = stream.run_id
+            sequence = event["sequence"]
+            delta = payload["delta"]
+            if (
+                type(delta) is str
+                and type(sequence) is int
+                and payload[stream.id_field] == stream.entity_id
+                and event["runId"] == run_id
+                and event["sessionId"] == stream.session_id
+                and sequence > self.last_seq[run_id]
+                and event["eventId"] == f"{run_id}:{sequence}:{etype}"
+                and self.processed.add_next(stream.ids, sequence, stream.code)
+            ):
+                text = stream.text
+                chunks = text.chunks
+                chunks.append(delta)
+                text.loose += 1
+                if text.loose == _MERGE_EVERY:
+                    chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
+                    text.loose = 0
+                stream.record["updatedAt"] = event["timestamp"]
+                stream.dirty[stream.key] = None
+                self.last_seq[run_id] = sequence
+                self._snap = None
+                self._version += 1
+                return ACCEPTED
+        return self._apply_general(event, etype)
+
+    def _apply_general(self, event: Mapping[str, Any], etype: str) -> int:
         run_id: str = event["runId"]
         prefix = run_key_prefix(run_id)
         sequence = event["sequence"]
-        etype: str = event["type"]
         ekey = self.processed.new_token(prefix, run_id, event["eventId"], sequence, etype)
         if ekey is None:
             return DUPLICATE
@@ -315,6 +401,8 @@ class Engine:
             journal.append((_SET, container, key, container.get(key, _MISSING)))
         container[key] = record
         self._dirty[name][key] = None
+        if self._streams:  # a record, run or session changed: no cached stream is sure
+            self._streams.clear()
 
     def _require_run(
         self, event: Mapping[str, Any], ekey: Token, run: dict[str, Any] | None
@@ -493,7 +581,11 @@ class Engine:
                         chunks[-_MERGE_EVERY:] = ["".join(chunks[-_MERGE_EVERY:])]
                         text.loose = 0
                     record["updatedAt"] = event["timestamp"]
-                    self._dirty[map_name][key] = None
+                    dirty = self._dirty[map_name]
+                    dirty[key] = None
+                    if type(ekey) is tuple and run is not None:
+                        field = _TEXT_DELTA_IDS[etype]
+                        self._streams[etype] = _Stream(event, field, ekey, record, text, dirty, key)
                     self.processed.add(ekey)
                     self.last_seq[event["runId"]] = event["sequence"]
                     self._snap = None
@@ -551,5 +643,6 @@ class Engine:
             if journal is not None:
                 journal.append((_SET, record, "content", content))
             record["content"] = replacement
+            self._streams.clear()  # the cached Text is no longer the content
         self._touch(map_name, key, record, event["timestamp"])
         return self._accept(ekey, event["runId"], event["sequence"])

@@ -232,6 +232,19 @@ def _id_then(key: str, rest: _Check | None) -> _Check:
     return check
 
 
+def _text_delta(key: str, explain: _Check) -> _Check:
+    """The check of a delta payload: a string delta is accepted in one step (one call instead of
+    three per streamed delta); anything else is left to ``explain``, the full check."""
+
+    def check(p: dict[str, Any]) -> _Problem:
+        v = p.get(key)
+        if type(v) is str and v and type(p.get("delta")) is str:
+            return None
+        return explain(p)
+
+    return check
+
+
 def _message_started(p: dict[str, Any]) -> _Problem:
     return _first(_req_str(p, "role"), _opt_content(p, "content"))
 
@@ -352,6 +365,13 @@ _PAYLOAD_CHECKS: Final[dict[str, _Check]] = {
     "artifact.completed": _id_then("artifactId", None),
     "artifact.failed": _id_then("artifactId", _with_error),
 }
+#: The checks the fast acceptance uses: the same, with text deltas accepted in one call.
+_FAST_CHECKS: Final[dict[str, _Check]] = {
+    **_PAYLOAD_CHECKS,
+    "message.delta": _text_delta("messageId", _PAYLOAD_CHECKS["message.delta"]),
+    "reasoning.delta": _text_delta("reasoningId", _PAYLOAD_CHECKS["reasoning.delta"]),
+    "tool.arguments_delta": _text_delta("toolCallId", _PAYLOAD_CHECKS["tool.arguments_delta"]),
+}
 
 _isfinite = math.isfinite
 
@@ -364,7 +384,51 @@ def validate_event(data: object) -> EventValidationError | None:
         return EventValidationError("$", f"could not be checked ({type(exc).__name__})")
 
 
+#: Beyond this magnitude an integer is Infinity in JavaScript (``core.jsnum``).
+_INT_LIMIT: Final = 2**1024 - 2**970
+
+
 def _validate(data: object) -> EventValidationError | None:
+    """``validate_event`` without its guard: may raise on odd mappings."""
+    if type(data) is dict:
+        # Fast acceptance of the common shape (exact types, int sequence, int or float
+        # timestamp), one expression: ~40% cheaper per delta. Anything it does not accept,
+        # valid or not, takes the general check below, which names the first problem.
+        etype = data.get("type")
+        check = _FAST_CHECKS.get(etype) if type(etype) is str else None
+        sequence = data.get("sequence")
+        timestamp = data.get("timestamp")
+        payload = data.get("payload")
+        v = data.get("eventId")
+        w = data.get("sessionId")
+        r = data.get("runId")
+        if (
+            check is not None
+            and data.get("protocolVersion") == PROTOCOL_VERSION
+            and type(v) is str
+            and v
+            and type(w) is str
+            and w
+            and type(r) is str
+            and r
+            and type(sequence) is int
+            and 0 <= sequence < _INT_LIMIT
+            and (
+                _isfinite(timestamp)
+                if type(timestamp) is float
+                else type(timestamp) is int and -_INT_LIMIT < timestamp < _INT_LIMIT
+            )
+            and type(payload) is dict
+            and ("parentId" not in data or type(data["parentId"]) is str)
+            and ("meta" not in data or type(data["meta"]) is dict)
+            and check(payload) is None
+        ):
+            return None
+    return _validate_general(data)
+
+
+def _validate_general(data: object) -> EventValidationError | None:
+    """Every rule, in the reference's order: the first problem found is the one reported."""
     if type(data) is not dict:
         if not isinstance(data, dict):
             return EventValidationError("$", "must be an object")

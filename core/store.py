@@ -84,8 +84,16 @@ class AgentStore:
         (the runner's check, protocol.md §6), so it is not validated a second time; the
         reducer's rules (§4) apply as always. Never pass it for an event checked by nobody.
         """
-        self._ensure_active()
-        outcome = self._apply_checked(event) if validated else self._apply(event)
+        if self._destroyed:  # _ensure_active and _apply, inlined: two calls less per event
+            raise RuntimeError(_DESTROYED)
+        if not validated:
+            try:
+                error = _validate(event)
+            except Exception:  # odd mappings: let validate_event describe it
+                error = validate_event(event)
+            if error is not None:
+                return self._invalid(error)
+        outcome = self._apply_checked(event)
         if self._listeners and (
             outcome is DispatchOutcome.ACCEPTED or outcome is DispatchOutcome.REJECTED
         ):
@@ -195,13 +203,17 @@ class AgentStore:
         except Exception:  # odd mappings: let validate_event describe it
             error = validate_event(event)
         if error is not None:
-            self.last_issue = None
-            self.last_outcome = DispatchOutcome.INVALID
-            self.last_error = error
-            if self.mode == "strict":
-                raise error
-            return DispatchOutcome.INVALID
+            return self._invalid(error)
         return self._apply_checked(event)
+
+    def _invalid(self, error: EventValidationError) -> DispatchOutcome:
+        """Record an invalid event (nothing changed); strict mode raises its error."""
+        self.last_issue = None
+        self.last_outcome = DispatchOutcome.INVALID
+        self.last_error = error
+        if self.mode == "strict":
+            raise error
+        return DispatchOutcome.INVALID
 
     def _apply_checked(self, event: Mapping[str, Any]) -> DispatchOutcome:
         """Reduce a valid event (the reducer's rules, no envelope or payload validation)."""

@@ -272,3 +272,111 @@ def lifecycle_streams(draw: st.DrawFn, max_steps: int = 40) -> list[Any]:
 
 def any_streams(max_size: int = 40) -> st.SearchStrategy[list[Any]]:
     return st.one_of(event_streams(max_size=max_size), lifecycle_streams(max_steps=max_size))
+
+
+_DELTA_OF = {
+    "message": ("message.delta", "messageId"),
+    "reasoning": ("reasoning.delta", "reasoningId"),
+    "tool": ("tool.arguments_delta", "toolCallId"),
+}
+_ENDS_OF = {
+    "message": ["message.completed", "message.failed", "message.cancelled"],
+    "reasoning": ["reasoning.completed", "reasoning.failed", "reasoning.cancelled"],
+    "tool": ["tool.running", "tool.completed", "tool.failed", "tool.cancelled"],
+}
+
+
+@st.composite
+def delta_streams(draw: st.DrawFn, max_steps: int = 40) -> list[Any]:
+    """Streams of text deltas with factory-shaped event ids (``{runId}:{sequence}:{type}``), the
+    engine's hot path, broken up by everything that must take it off that path: interleaved
+    entities and kinds, starts and ends, duplicates, stale and far-off sequences, another
+    session, unknown entities, non-factory ids, float sequences, list deltas, run terminals."""
+    runs = draw(st.lists(st.sampled_from(RUNS), min_size=1, max_size=2, unique=True))
+    sequences: dict[str, int] = {}
+    events: list[Any] = []
+
+    def emit(etype: str, run_id: str, payload: dict[str, Any], **envelope: Any) -> None:
+        sequence = envelope.pop("sequence", None)
+        if sequence is None:
+            sequence = sequences[run_id] = sequences.get(run_id, -1) + 1
+        event: dict[str, Any] = {
+            "protocolVersion": "0.1",
+            "type": etype,
+            "eventId": f"{run_id}:{sequence}:{etype}",
+            "sessionId": "s1",
+            "runId": run_id,
+            "sequence": sequence,
+            "timestamp": len(events),
+            "payload": payload,
+        }
+        event.update(envelope)
+        events.append(event)
+
+    opened: list[tuple[str, str, str]] = []
+
+    def start(kind: str, run_id: str, entity_id: str) -> None:
+        opened.append((kind, run_id, entity_id))
+        etype, id_field = _START_OF[kind]
+        emit(etype, run_id, {**draw(PAYLOADS[etype]), id_field: entity_id})
+
+    emit("session.started", runs[0], {"title": "t"})
+    for run_id in runs:
+        emit("run.started", run_id, {})
+        for kind in sorted(_DELTA_OF):  # valid starts (extra payload keys are allowed)
+            etype, id_field = _START_OF[kind]
+            emit(etype, run_id, {id_field: "a", "role": "assistant", "name": "search"})
+            opened.append((kind, run_id, "a"))
+    for _ in range(draw(st.integers(5, max_steps))):
+        action = draw(st.integers(0, 30))
+        kind = draw(st.sampled_from(sorted(_DELTA_OF)))
+        run_id = draw(st.sampled_from(runs))
+        entity_id = draw(mostly(st.sampled_from(["a", "a", "b"]), st.just("zz"), odds=12))
+        etype, id_field = _DELTA_OF[kind]
+        if action <= 12 or action > 24:  # a burst of deltas, mostly into an entity started before
+            if opened and draw(st.integers(0, 4)) > 0:
+                kind, run_id, entity_id = draw(st.sampled_from(opened))
+                etype, id_field = _DELTA_OF[kind]
+            for _ in range(draw(st.integers(1, 8))):
+                emit(etype, run_id, {id_field: entity_id, "delta": draw(TEXT)})
+        elif action <= 14:
+            start(kind, run_id, entity_id)
+        elif action == 15:
+            end = draw(st.sampled_from(_ENDS_OF[kind]))
+            emit(end, run_id, {**draw(PAYLOADS[end]), id_field: entity_id})
+        elif action == 16 and events:
+            events.append(draw(st.sampled_from(events)))  # a duplicate
+        elif action == 17:  # a stale or repeated sequence, new type or payload
+            stale = max(sequences.get(run_id, 0) - draw(st.integers(0, 2)), 0)
+            emit(etype, run_id, {id_field: entity_id, "delta": draw(TEXT)}, sequence=stale)
+        elif action == 18:  # a gap, sometimes beyond what the compact ids hold
+            sequences[run_id] = sequences.get(run_id, 0) + draw(st.sampled_from([1, 2, 70, 500]))
+            emit(etype, run_id, {id_field: entity_id, "delta": draw(TEXT)})
+        elif action == 19:
+            emit(etype, run_id, {id_field: entity_id, "delta": "s2"}, sessionId="s2")
+        elif action == 20:  # not a factory-shaped id, or a float sequence
+            sequence = sequences[run_id] = sequences.get(run_id, -1) + 1
+            odd = draw(st.sampled_from(["id", "float"]))
+            emit(
+                etype,
+                run_id,
+                {id_field: entity_id, "delta": draw(TEXT)},
+                sequence=sequence if odd == "id" else float(sequence),
+                eventId=f"x{sequence}" if odd == "id" else f"{run_id}:{sequence}.0:{etype}",
+            )
+        elif action == 21:  # a message delta that turns the content into parts
+            emit("message.delta", run_id, {"messageId": entity_id, "delta": [PART_TEXT]})
+        elif action == 22:
+            end = draw(st.sampled_from(["run.completed", "run.failed", "run.cancelled"]))
+            emit(end, run_id, draw(PAYLOADS[end]))
+        elif action == 23:
+            emit("run.started", run_id, {})
+        elif action == 24:
+            noise = draw(raw_event())
+            noise["sequence"] = sequences[noise["runId"]] = sequences.get(noise["runId"], -1) + 1
+            noise["eventId"] = f"{noise['runId']}:{noise['sequence']}:{noise['type']}"
+            events.append(noise)
+    return events
+
+
+PART_TEXT = {"type": "text", "text": "p"}

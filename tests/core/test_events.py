@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import (
     EVENT_TYPES,
@@ -17,7 +19,9 @@ from core import (
     parse_event,
     validate_event,
 )
+from core.events import _validate, _validate_general
 from core.models import EVENT_MODELS
+from tests.core.strategies import any_streams, delta_streams
 
 HUGE_INT = 10**400  # Infinity in JavaScript
 ERROR = {"message": "boom"}
@@ -394,3 +398,105 @@ def test_numbers_keep_their_json_type_in_models() -> None:
     assert dumped["payload"]["usage"] == {"inputTokens": 10, "cost": 0.5}
     assert isinstance(dumped["payload"]["usage"]["inputTokens"], int)
     assert isinstance(dumped["timestamp"], int)
+
+
+class _Str(str):
+    pass
+
+
+class _Dict(dict[str, Any]):
+    pass
+
+
+ODD_VALUES: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    3.0,
+    2.5,
+    float("inf"),
+    float("nan"),
+    2**1024,
+    -(2**1024),
+    "",
+    "x",
+    _Str("y"),
+    [],
+    {},
+    _Dict(),
+    {"messageId": "m", "delta": "d"},
+    _Dict({"messageId": "m", "delta": "d"}),
+    "0.1",
+]
+_ODD_VALUES = st.sampled_from(ODD_VALUES)
+_ENVELOPE_KEYS = st.sampled_from(
+    [
+        "protocolVersion",
+        "type",
+        "eventId",
+        "sessionId",
+        "runId",
+        "sequence",
+        "timestamp",
+        "payload",
+        "parentId",
+        "meta",
+    ]
+)
+_PAYLOAD_KEYS = st.sampled_from(["messageId", "reasoningId", "toolCallId", "delta", "role"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(any_streams(max_size=12), delta_streams(max_steps=8)),
+    st.lists(st.tuples(st.booleans(), _ENVELOPE_KEYS, _PAYLOAD_KEYS, _ODD_VALUES), max_size=3),
+)
+def test_fast_acceptance_agrees_with_the_general_check(
+    events: list[Any], edits: list[tuple[bool, str, str, Any]]
+) -> None:
+    """``_validate`` accepts the common shape in one expression; for any event, edited or not,
+    it reports exactly what the general check (every rule in order) reports."""
+    for event in events:
+        candidates = [event]
+        if isinstance(event, dict):
+            edited = dict(event)
+            for in_payload, key, payload_key, value in edits:
+                if in_payload and isinstance(edited.get("payload"), dict):
+                    edited["payload"] = {**edited["payload"], payload_key: value}
+                elif value is None:
+                    edited.pop(key, None)
+                else:
+                    edited[key] = value
+            candidates.append(edited)
+        for candidate in candidates:
+            fast, general = _validate(candidate), _validate_general(candidate)
+            assert (fast is None) == (general is None)
+            if fast is not None and general is not None:
+                assert (fast.path, fast.reason) == (general.path, general.reason)
+
+
+def _same_verdict(candidate: Any) -> None:
+    fast, general = _validate(candidate), _validate_general(candidate)
+    assert (fast is None) == (general is None), candidate
+    if fast is not None and general is not None:
+        assert (fast.path, fast.reason) == (general.path, general.reason)
+
+
+@pytest.mark.parametrize("etype", ["message.delta", "reasoning.delta", "message.started"])
+def test_fast_acceptance_agrees_on_every_odd_value_of_every_field(etype: str) -> None:
+    id_field = "reasoningId" if etype.startswith("reasoning") else "messageId"
+    base = {
+        **envelope(etype),
+        "payload": {id_field: "m", "delta": "d", "role": "assistant"},
+        "parentId": "p",
+        "meta": {"k": 1},
+    }
+    _same_verdict(base)
+    assert _validate(base) is None
+    for value in ODD_VALUES:
+        for key in [*base, "absent"]:
+            _same_verdict({**base, key: value})
+            _same_verdict({k: v for k, v in base.items() if k != key})
+        for key in [id_field, "delta", "role"]:
+            _same_verdict({**base, "payload": {**base["payload"], key: value}})

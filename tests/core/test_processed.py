@@ -137,3 +137,87 @@ def test_factory_ids_take_about_a_byte_each() -> None:
     assert len(ids) == len(baseline) == n
     assert compact < 4 * n  # bytes: the dict of key strings takes > 100 per id
     assert plain - compact > 100 * n
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(ops=st.lists(event_ids(), max_size=60))
+def test_add_next_adds_as_add_would_or_declines_untouched(ops: list[Any]) -> None:
+    """``add_next`` (the engine's hot path) either adds exactly as ``add`` would, or changes
+    nothing; it never adds an id that is already there."""
+    fast, plain = ProcessedIds(), ProcessedIds()
+    for run_id, event_id, seq, etype in ops:
+        prefix = run_key_prefix(run_id)
+        token = fast.new_token(prefix, run_id, event_id, seq, etype)
+        assert (token is None) == (plain.new_token(prefix, run_id, event_id, seq, etype) is None)
+        if isinstance(token, tuple):
+            before = fast.keys()
+            if fast.add_next(*token):
+                assert token[1] == len(token[0].codes) - 1
+            else:
+                assert fast.keys() == before
+                fast.add(token)
+        elif token is not None:
+            fast.add(token)
+        if token is not None:
+            plain.add(plain.token(prefix, run_id, event_id, seq, etype))
+        assert fast.keys() == plain.keys()
+        assert len(fast) == len(plain)
+
+
+def test_add_next_declines_a_processed_or_out_of_turn_sequence() -> None:
+    ids = ProcessedIds()
+    prefix = run_key_prefix("r")
+    first = ids.new_token(prefix, "r", "r:0:message.delta", 0, "message.delta")
+    assert isinstance(first, tuple)
+    assert ids.add_next(*first)
+    assert not ids.add_next(*first)  # already there
+    later = ids.token(prefix, "r", "r:5:message.delta", 5, "message.delta")
+    assert isinstance(later, tuple)
+    assert not ids.add_next(*later)  # not the next sequence
+    ids.add("odd-key")
+    nxt = ids.token(prefix, "r", "r:1:message.delta", 1, "message.delta")
+    assert isinstance(nxt, tuple)
+    assert not ids.add_next(*nxt)  # string keys present: the general path decides
+    assert ids.keys() == [f"{prefix}r:0:message.delta", "odd-key"]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    ops=st.lists(
+        st.tuples(event_ids(), st.integers(0, 3), st.booleans(), st.booleans()), max_size=60
+    )
+)
+def test_to_dict_built_on_the_previous_one_equals_a_fresh_build(ops: list[Any]) -> None:
+    """``to_dict`` extends the dict it returned last; with insertions, roll-backs (several in
+    a row) and reads in any order it gives the keys and order a fresh build gives, and never
+    changes a dict it returned before."""
+    ids = ProcessedIds()
+    oracle: dict[str, bool] = {}
+    added: list[tuple[Any, str]] = []
+    returned: list[tuple[dict[str, bool], list[str]]] = []
+    for (run_id, event_id, seq, etype), roll_backs, read_before, read_after in ops:
+        if read_before:
+            got = ids.to_dict()
+            returned.append((got, list(got)))
+            assert list(got.items()) == list(oracle.items())
+        prefix = run_key_prefix(run_id)
+        key = prefix + event_id
+        token = ids.new_token(prefix, run_id, event_id, seq, etype)
+        if token is not None:
+            ids.add(token)
+            oracle[key] = True
+            added.append((token, key))
+        for _ in range(min(roll_backs - 1, len(added))):  # a strict batch rolling back
+            token, key = added.pop()
+            ids.pop_last(token)
+            del oracle[key]
+        if read_after:
+            got = ids.to_dict()
+            returned.append((got, list(got)))
+            assert list(got.items()) == list(oracle.items())
+    assert list(ids.to_dict().items()) == list(oracle.items())
+    for got, keys in returned:
+        assert list(got) == keys
+    every = ids.keys()
+    for count in range(len(every) + 1):  # only the new keys are formatted
+        assert ids._newest(count) == every[len(every) - count :]
