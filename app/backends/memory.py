@@ -62,6 +62,7 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 class _Conversation:
     __slots__ = (
+        "cursor_prefix",
         "extensions",
         "first_seq",
         "incarnation",
@@ -75,6 +76,8 @@ class _Conversation:
     def __init__(self, meta: ConversationMeta, now: float) -> None:
         self.meta = meta
         self.incarnation = new_token(6)
+        #: ``cursor(seq)`` is ``cursor_prefix`` + the seq, as bytes (the frames' ``id:``).
+        self.cursor_prefix = f"{self.incarnation}-".encode()
         self.store = AgentStore(mode="record")
         self.log: deque[LogEntry] = deque()
         self.first_seq = 1  # seq of log[0] (or of the next entry when the log is empty)
@@ -246,6 +249,16 @@ class MemoryBackend(Backend):
             conv.log.popleft()
             conv.first_seq += 1
 
+    def _log_all(self, conv: _Conversation, entries: list[LogEntry]) -> None:
+        """``_log`` of each of ``entries``, in one ``extend`` and one trim."""
+        log = conv.log
+        log.extend(entries)
+        excess = len(log) - self._max_len
+        if excess > 0:
+            conv.first_seq += excess
+            for _ in range(excess):
+                log.popleft()
+
     def _require(self, ref: ConversationRef) -> _Conversation:
         conv = self._get(ref)
         if conv is None:
@@ -277,22 +290,27 @@ class MemoryBackend(Backend):
                 raise KeyError(f"conversation {ref.key!r} was deleted and created again")
         out: list[LogEntry] = []
         dispatch = conv.store.dispatch
-        for item in items:
-            conv.last_seq += 1
-            cursor = conv.cursor(conv.last_seq)
-            event = item.event
-            if event is not None:
-                # An event the runner checked (protocol.md §6) is not validated twice.
-                dispatch(event, validated=item.checked)
-                entry = LogEntry.for_event(cursor, event)
-            else:
-                conv.extensions[item.key] = item.value
-                entry = LogEntry.for_extension(cursor, item.key, item.value)
-            self._log(conv, entry)
-            out.append(entry)
-        if out:
-            conv.meta.updated_at = time.time() * 1000
-            self._notify(ref)  # one wake-up for the whole batch
+        prefix = conv.cursor_prefix
+        for_event = LogEntry.for_event_at
+        seq = conv.last_seq
+        try:
+            for item in items:
+                seq += 1
+                event = item.event
+                if event is not None:
+                    # An event the runner checked (protocol.md §6) is not validated twice.
+                    dispatch(event, validated=item.checked)
+                    out.append(for_event(b"%s%d" % (prefix, seq), event))
+                else:
+                    conv.extensions[item.key] = item.value
+                    out.append(LogEntry.for_extension(conv.cursor(seq), item.key, item.value))
+        finally:
+            # What was reduced is logged, with no gap in the seqs, even when an item raised.
+            if out:
+                conv.last_seq += len(out)
+                self._log_all(conv, out)
+                conv.meta.updated_at = time.time() * 1000
+                self._notify(ref)  # one wake-up for the whole batch
         return out
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
