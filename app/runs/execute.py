@@ -189,6 +189,13 @@ _CHANGED_BY_GATEWAY = ARTIFACT_EVENTS | RUN_TERMINAL_TYPES
 _event_type = operator.itemgetter("type")  # checked events (protocol.md §6) all have one
 _entry_type = operator.attrgetter("event_type")
 
+
+def passes_unchanged(checked: list[AgentEvent]) -> bool:
+    """No event of ``checked`` is one the gateway may change (an artifact to cap, a terminal
+    to decide): all go to the log exactly as the runner checked them."""
+    return _CHANGED_BY_GATEWAY.isdisjoint(map(_event_type, checked))
+
+
 _PROVIDER_ERROR = {"code": "provider_error", "message": "The provider ended the run abnormally."}
 
 
@@ -277,7 +284,7 @@ async def _execute_run(
 
     async def on_events(checked: list[AgentEvent]) -> None:
         """The events of one upstream read, checked by the runner: to the pipe in one go."""
-        if _CHANGED_BY_GATEWAY.isdisjoint(map(_event_type, checked)):
+        if passes_unchanged(checked):
             # The common case (no artifact to cap, no terminal): every event goes on unchanged,
             # built in one comprehension instead of a loop of calls (~1 µs/event less).
             if tracker is not None:
