@@ -237,3 +237,35 @@ async def test_append_batch_that_raises_midway_leaves_no_gap_in_the_cursors() ->
     assert read.status == "ok"
     assert [e.cursor for e in read.entries][-1] == after.cursor
     assert [int(e.cursor.split("-")[1]) for e in read.entries] == [1, 2, 3, 4]
+
+
+async def test_a_reader_woken_after_delete_and_create_again_reads_unknown() -> None:
+    """A wait's cursor is reused after the wake-up only in the same incarnation."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    (first,) = await backend.append_batch(ref, [LogItem.of_extension("a", 1)])
+    reader = asyncio.create_task(backend.read(ref, first.cursor, limit=10, wait=5))
+    await asyncio.sleep(0)
+    await backend.delete(ref)
+    await backend.create_conversation(ref, meta())
+    await backend.append_batch(ref, [LogItem.of_extension("b", 2), LogItem.of_extension("c", 3)])
+    assert (await reader).status == "unknown"
+
+
+async def test_a_reader_woken_after_its_entries_were_trimmed_reads_trimmed() -> None:
+    backend = MemoryBackend(event_log_max_len=2)
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    (first,) = await backend.append_batch(ref, [LogItem.of_extension("a", 1)])
+    reader = asyncio.create_task(backend.read(ref, first.cursor, limit=10, wait=5))
+    await asyncio.sleep(0)
+    many = [LogItem.of_extension(f"k{i}", i) for i in range(3)]
+    await backend.append_batch(ref, many)  # the entry after ``first`` is gone
+    assert (await reader).status == "trimmed"
+    woken = asyncio.create_task(
+        backend.read(ref, (await backend.head_cursor(ref)), limit=10, wait=5)
+    )
+    await asyncio.sleep(0)
+    (last,) = await backend.append_batch(ref, [LogItem.of_extension("z", 9)])
+    assert [e.cursor for e in (await woken).entries] == [last.cursor]
