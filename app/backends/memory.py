@@ -341,11 +341,12 @@ class MemoryBackend(Backend):
         seq = conv.parse(after)
         if seq is None:
             return ReadResult("unknown")
-        return self._read_from(conv, seq, limit)
+        return self._read_from(conv, seq, limit) or ReadResult("ok", [])
 
     @staticmethod
-    def _read_from(conv: _Conversation, seq: int, limit: int) -> ReadResult:
-        """``_read_now`` once the cursor is parsed: the entries after ``seq`` (or trimmed)."""
+    def _read_from(conv: _Conversation, seq: int, limit: int) -> ReadResult | None:
+        """``_read_now`` once the cursor is parsed: the entries after ``seq`` (or trimmed);
+        None when there are none yet (a follower at the head: no result built to wait)."""
         if seq < conv.first_seq - 1:
             return ReadResult("trimmed")
         log = conv.log
@@ -353,7 +354,7 @@ class MemoryBackend(Backend):
         start = seq - conv.first_seq + 1
         stop = min(size, start + limit)
         if start >= stop:
-            return ReadResult("ok", [])
+            return None
         # A deque indexes in O(distance to its nearer end): slice from that end in C (a
         # follower reads the newest entries, next to the right end, hundreds of times per append).
         if stop < size - start:  # nearer the left end
@@ -369,10 +370,12 @@ class MemoryBackend(Backend):
         seq = None if conv is None else conv.parse(after)
         if conv is None or seq is None:
             result = self._read_now(ref, after, limit)
+            if result.entries or result.status != "ok" or wait <= 0:
+                return result
         else:
-            result = self._read_from(conv, seq, limit)
-        if result.entries or result.status != "ok" or wait <= 0:
-            return result
+            found = self._read_from(conv, seq, limit)
+            if found is not None or wait <= 0:
+                return found or ReadResult("ok", [])
         notifier = self._notifiers.get(ref)
         if notifier is None:
             notifier = self._notifiers[ref] = _Notifier()
@@ -392,7 +395,7 @@ class MemoryBackend(Backend):
         if conv is not None and seq is not None and self._conversations.get(ref) is conv:
             # The same incarnation: ``after`` parses as before the wait (seqs only grow), so
             # the wake-up of each follower at each append skips the parse (~1 µs).
-            return self._read_from(conv, seq, limit)
+            return self._read_from(conv, seq, limit) or ReadResult("ok", [])
         return self._read_now(ref, after, limit)
 
     def wake_readers(self) -> None:

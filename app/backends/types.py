@@ -229,8 +229,11 @@ class LogItem:
         return cls(None, key, value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadResult:
+    """What one read found. Not frozen: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (2x the cost), and a follower builds one per delivery."""
+
     status: Literal["ok", "trimmed", "unknown"]
     entries: list[LogEntry] = field(default_factory=list)
 
