@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -269,3 +270,56 @@ async def test_a_reader_woken_after_its_entries_were_trimmed_reads_trimmed() -> 
     await asyncio.sleep(0)
     (last,) = await backend.append_batch(ref, [LogItem.of_extension("z", 9)])
     assert [e.cursor for e in (await woken).entries] == [last.cursor]
+
+
+# -- the shared wait timer: never late, no timer per delivery, nothing left behind ----------
+
+
+async def test_a_short_wait_ends_on_time_beside_a_long_one() -> None:
+    """The notifier's one timer fires at the earliest deadline: a short wait is never held
+    by a longer one already armed; the longer one may end early (an empty read) and waits
+    again."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    head = await backend.head_cursor(ref)
+    long = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30))
+    await eventually(lambda: waiters(backend, ref) == 1, what="the long wait")
+    started = time.monotonic()
+    short = await backend.read(ref, head, limit=10, wait=0.05)
+    assert (short.status, short.entries) == ("ok", [])
+    assert 0.04 <= time.monotonic() - started < 5
+    early = await asyncio.wait_for(long, 5)  # ended with the short one: nothing new
+    assert (early.status, early.entries) == ("ok", [])
+    assert backend._notifiers == {}
+
+
+async def test_a_follower_waiting_after_each_delivery_arms_one_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woken by appends, the notifier keeps its timer for the follower's next wait (no
+    ``call_at`` per delivery); once nobody waits, it is forgotten when the timer fires."""
+    from app.backends import memory
+
+    armed: list[float] = []
+    arm = memory._Notifier.arm
+
+    def counting(self: memory._Notifier, loop: Any, deadline: float, expire: Any) -> None:
+        armed.append(deadline)
+        arm(self, loop, deadline, expire)
+
+    monkeypatch.setattr(memory._Notifier, "arm", counting)
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    head = await backend.head_cursor(ref)
+    for i in range(10):
+        reader = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=2))
+        await asyncio.sleep(0)  # the reader runs to its wait (no sleeps: all within one timer)
+        assert waiters(backend, ref) == 1
+        (entry,) = await backend.append_batch(ref, [LogItem.of_extension("k", i)])
+        assert [e.cursor for e in (await reader).entries] == [entry.cursor]
+        head = entry.cursor
+    assert len(armed) == 1
+    assert ref in backend._notifiers  # kept for the next wait ...
+    await eventually(lambda: backend._notifiers == {}, what="the notifier is forgotten")
