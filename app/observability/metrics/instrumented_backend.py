@@ -135,8 +135,9 @@ class InstrumentedBackend(Backend):
         return await self._call("append_extension", self._inner.append_extension(ref, key, value))
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
-        # ``_call`` inlined: this runs once per upstream read (once per delta at 50 deltas/s),
-        # and the extra coroutine and lookups were ~1/5 of the append's CPU there.
+        # ``_call`` inlined: this runs once per upstream read (once per delta at 50 deltas/s).
+        # In a capacity profile the wrapper cost ~0.9x the memory append it wrapped; about
+        # half of that is the histogram (kept), the rest its coroutine and op lookup (gone).
         children = self._append_children
         if children is None:
             errors, latency = self._children("append_batch", True)
