@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
@@ -34,9 +34,13 @@ __all__ = [
 EMPTY_CURSOR = "0"
 
 
-@dataclass(frozen=True, slots=True)
-class ConversationRef:
-    """A conversation: the caller's principal and its conversationKey."""
+class ConversationRef(NamedTuple):
+    """A conversation: the caller's principal and its conversationKey.
+
+    A named tuple, not a frozen dataclass: it keys the backend's, the follower's and the
+    limits' dicts several times per delta, and a tuple hashes and compares in C (a dataclass's
+    generated ``__hash__``/``__eq__`` are Python calls, ~0.3 µs each).
+    """
 
     principal: str
     key: str
@@ -93,6 +97,10 @@ class ConversationMeta:
 
 #: Where the cursor starts in an extension's frame: after ``event: extension\nid: ``.
 _EXTENSION_ID_AT = len(b"event: extension\nid: ")
+#: ``len(b"id: ") + len(b"\ndata: ")``: where an event frame's JSON starts, after its cursor.
+_EVENT_DATA_AFTER_CURSOR = 11
+_new_object = object.__new__
+_dumps = orjson.dumps
 
 
 class LogEntry:
@@ -122,12 +130,25 @@ class LogEntry:
         #: Built by ``%`` on a right-sized allocation (``orjson.dumps`` answers on a >= 4 KiB
         #: buffer, which a retained entry must not pin).
         self.sse: bytes = b"%sid: %s\ndata: %s\n\n" % (head, cursor_bytes, data)
-        self._data_at = len(head) + len(cursor_bytes) + 11  # "id: " + "\ndata: "
+        self._data_at = len(head) + len(cursor_bytes) + _EVENT_DATA_AFTER_CURSOR
         self._ws: str | None = None
 
     @classmethod
     def for_event(cls, cursor: str, event: dict[str, Any]) -> LogEntry:
-        return cls(cursor, "event", orjson.dumps(event), event.get("type"), event.get("runId"))
+        return cls.for_event_at(cursor.encode(), event)
+
+    @classmethod
+    def for_event_at(cls, cursor: bytes, event: dict[str, Any]) -> LogEntry:
+        """``for_event`` from the cursor's bytes: the frame in one ``%``, no generic ``__init__``
+        (one per logged event: ~25 % cheaper than ``for_event``'s former path)."""
+        entry: LogEntry = _new_object(cls)
+        entry.kind = "event"
+        entry.event_type = event.get("type")
+        entry.run_id = event.get("runId")
+        entry.sse = b"id: %s\ndata: %s\n\n" % (cursor, _dumps(event))
+        entry._data_at = len(cursor) + _EVENT_DATA_AFTER_CURSOR
+        entry._ws = None
+        return entry
 
     @classmethod
     def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
@@ -208,8 +229,11 @@ class LogItem:
         return cls(None, key, value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadResult:
+    """What one read found. Not frozen: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (2x the cost), and a follower builds one per delivery."""
+
     status: Literal["ok", "trimmed", "unknown"]
     entries: list[LogEntry] = field(default_factory=list)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import EventPipe
-from app.runs.limits import cap_artifact
+from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from app.runs.retry import until_available
 from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason, QueuedCancelReason
 from providers.contract import AgentEvent, Command, RunOptions
@@ -182,6 +183,19 @@ async def _decide_end(
     }
 
 
+#: Event types ``on_events`` may change (capped, decided as the run's end): other events go
+#: to the log as the runner checked them.
+_CHANGED_BY_GATEWAY = ARTIFACT_EVENTS | RUN_TERMINAL_TYPES
+_event_type = operator.itemgetter("type")  # checked events (protocol.md §6) all have one
+_entry_type = operator.attrgetter("event_type")
+
+
+def passes_unchanged(checked: list[AgentEvent]) -> bool:
+    """No event of ``checked`` is one the gateway may change (an artifact to cap, a terminal
+    to decide): all go to the log exactly as the runner checked them."""
+    return _CHANGED_BY_GATEWAY.isdisjoint(map(_event_type, checked))
+
+
 _PROVIDER_ERROR = {"code": "provider_error", "message": "The provider ended the run abnormally."}
 
 
@@ -253,6 +267,8 @@ async def _execute_run(
 
     def on_logged(entries: list[LogEntry]) -> None:
         nonlocal terminal_seen
+        if request.started.is_set() and RUN_TERMINAL_TYPES.isdisjoint(map(_entry_type, entries)):
+            return  # the common case (deltas of a started run): no per-entry loop in Python
         for entry in entries:
             if entry.run_id != active.run_id:
                 continue
@@ -268,6 +284,13 @@ async def _execute_run(
 
     async def on_events(checked: list[AgentEvent]) -> None:
         """The events of one upstream read, checked by the runner: to the pipe in one go."""
+        if passes_unchanged(checked):
+            # The common case (no artifact to cap, no terminal): every event goes on unchanged,
+            # built in one comprehension instead of a loop of calls (~1 µs/event less).
+            if tracker is not None:
+                tracker.on_events(checked)
+            await pipe.put_all([LogItem(event, checked=True) for event in checked])
+            return
         events: list[AgentEvent] = []
         items: list[LogItem] = []
         for original in checked:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sse_starlette.event import ServerSentEvent
@@ -195,6 +195,16 @@ def _coalesced(entries: list[LogEntry]) -> Iterator[bytes | memoryview]:
         yield group[0] if len(group) == 1 else b"".join(group)
 
 
+def _sends(entries: list[LogEntry]) -> Iterable[bytes | memoryview]:
+    """What ``_coalesced`` yields; one small entry (a stream at 50 deltas/s: one per read)
+    without its generator and sums."""
+    if len(entries) == 1:
+        frame = entries[0].sse
+        if len(frame) <= COALESCE_BYTES:
+            return (frame,)
+    return _coalesced(entries)
+
+
 class _SharedFrame:
     """A serialized snapshot frame, shared by the subscribers that start from it."""
 
@@ -274,7 +284,7 @@ async def _frames(
                 yield piece
             del item
             continue
-        for frame in _coalesced(item):
+        for frame in _sends(item):
             if retry is not None:
                 frame, retry = retry + frame, None
             yield frame

@@ -8,15 +8,19 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import INLINE_GAP_SECONDS, EventPipe
-from app.runs.execute import ActiveRun, RunRequest, execute_run
+from app.runs.execute import ActiveRun, RunRequest, execute_run, passes_unchanged
+from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from core.events import validate_event
 from core.factory import EventFactory
 from core.keys import entity_key
+from core.runs import RUN_TERMINAL_TYPES
 from providers.contract import AGENT_EVENT_PROTOCOL, Capabilities, RunOptions
 from providers.signal import AbortSignal
 from tests.app.backend_contract import event, meta
@@ -310,3 +314,56 @@ async def test_an_invalid_event_mid_read_is_still_caught_and_never_logged() -> N
     run = state["runs"]["r1"]
     assert run["status"] == "failed"
     assert run["error"]["code"] == "provider_error"  # the gateway's own terminal
+
+
+_chunks = st.sampled_from(["a", "b", "big", "c"])
+
+
+@settings(deadline=None, max_examples=25)
+@given(reads=st.lists(st.lists(_chunks, min_size=1, max_size=4), max_size=5))
+async def test_reads_the_gateway_leaves_unchanged_are_logged_as_the_general_path_logs_them(
+    reads: list[list[str]],
+) -> None:
+    """Whether a read takes the fast path (nothing in it to cap or decide) or the general
+    one, the log holds each event once, in order, revalidated exactly when it was changed."""
+    backend, state = await _execute(reads)
+    chunks = [chunk for read in reads for chunk in read]
+    logged = [item for item in backend.items if item.event is not None]
+    types = [item.event["type"] for item in logged if item.event is not None]
+    expected = ["run.started", "message.started"]
+    expected += ["artifact.created" if c == "big" else "message.delta" for c in chunks]
+    assert types == [*expected, "message.completed", "run.completed"]
+    assert [item.checked for item in logged] == [t != "artifact.created" for t in types]
+    assert state["runs"]["r1"]["status"] == "completed"
+    text = "".join(c for c in chunks if c != "big")
+    if text:
+        assert state["messages"][entity_key("r1", "m")]["content"] == text
+
+
+_types = st.sampled_from(
+    [
+        *("message.delta", "run.started", "tool.started"),
+        *("artifact.created", "artifact.updated", "artifact.completed"),
+        *("run.completed", "run.failed", "run.cancelled"),
+    ]
+)
+
+
+@settings(deadline=None, max_examples=200)
+@given(types=st.lists(_types, max_size=6), size=st.integers(0, 40))
+def test_the_fast_path_is_taken_only_when_no_event_would_be_changed(
+    types: list[str], size: int
+) -> None:
+    """``passes_unchanged`` holds exactly when every event would leave the general loop as
+    the same object (no cap) and none is a terminal the gateway decides."""
+    events = [
+        {"type": t, "runId": "r1", "payload": {"artifactId": "a", "content": "x" * size}}
+        for t in types
+    ]
+    may_change = any(
+        cap_artifact(e, 16) is not e or e["type"] in RUN_TERMINAL_TYPES for e in events
+    )
+    if passes_unchanged(events):  # type: ignore[arg-type]
+        assert not may_change
+    else:  # an artifact (capped or not) or a terminal: the general loop decides
+        assert any(e["type"] in ARTIFACT_EVENTS | RUN_TERMINAL_TYPES for e in events)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.backends import ConversationRef, LogItem, MemoryBackend
+from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
 from tests.app.backend_contract import (
     LOG_MAX,
     BackendContract,
@@ -150,3 +153,173 @@ async def test_waiting_readers_wake_once_per_append_time_out_and_leave_nothing_b
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert backend._notifiers == {}
+
+
+# -- the batched append: the same log, state and cursors as one append at a time ------------
+
+
+def _items(deltas: int, extensions: list[int]) -> list[LogItem]:
+    """A run's events with extension values between them (at the given positions)."""
+    items = [LogItem.of_checked_event(e) for e in run_events("r1", deltas)]
+    for at in sorted(extensions, reverse=True):
+        items.insert(min(at, len(items)), LogItem.of_extension(f"x{at}", {"at": at}))
+    return items
+
+
+async def _one_at_a_time(
+    backend: MemoryBackend, ref: ConversationRef, items: list[LogItem]
+) -> list[LogEntry]:
+    out: list[LogEntry] = []
+    for item in items:
+        if item.event is not None:
+            out.append(await backend.append_event(ref, item.event))
+        else:
+            out.append(await backend.append_extension(ref, item.key, item.value))
+    return out
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    deltas=st.integers(0, 12),
+    extensions=st.lists(st.integers(0, 14), max_size=3),
+    cuts=st.lists(st.integers(1, 6), max_size=6),
+    log_max=st.integers(1, 8),
+)
+async def test_append_batch_logs_what_single_appends_log(
+    deltas: int, extensions: list[int], cuts: list[int], log_max: int
+) -> None:
+    """Batches (cut anywhere) give the frames, cursors, retention and state of one append at
+    a time: the batched path's one ``extend`` and one trim change nothing a reader sees."""
+    items = _items(deltas, extensions)
+    single = MemoryBackend(event_log_max_len=log_max)
+    batched = MemoryBackend(event_log_max_len=log_max)
+    ref = ConversationRef("p", "c")
+    await single.create_conversation(ref, meta())
+    await batched.create_conversation(ref, meta())
+    # The cursors embed each conversation's incarnation: compare them with it taken out.
+    one = await _one_at_a_time(single, ref, items)
+    many: list[LogEntry] = []
+    rest = list(items)
+    for cut in [*cuts, len(rest)]:
+        batch, rest = rest[:cut], rest[cut:]
+        many += await batched.append_batch(ref, batch)
+    many += await batched.append_batch(ref, rest)
+
+    def plain(backend: MemoryBackend, frame: bytes) -> bytes:
+        incarnation = backend._conversations[ref].incarnation.encode()
+        return frame.replace(incarnation + b"-", b"INC-")
+
+    assert [plain(single, e.sse) for e in one] == [plain(batched, e.sse) for e in many]
+    assert [e.cursor.split("-")[1] for e in one] == [e.cursor.split("-")[1] for e in many]
+    a, b = await single.snapshot(ref), await batched.snapshot(ref)
+    assert a is not None and b is not None
+    assert a.state == b.state and a.extensions == b.extensions
+    for start_a, start_b in zip(
+        ["0", *(e.cursor for e in one)], ["0", *(e.cursor for e in many)], strict=True
+    ):
+        read_a, read_b = single._read_now(ref, start_a, 100), batched._read_now(ref, start_b, 100)
+        assert read_a.status == read_b.status
+        assert [plain(single, e.sse) for e in read_a.entries] == [
+            plain(batched, e.sse) for e in read_b.entries
+        ]
+
+
+async def test_append_batch_that_raises_midway_leaves_no_gap_in_the_cursors() -> None:
+    """An item that cannot be logged (a value JSON cannot hold) ends the batch: what came
+    before it is logged and readable, and the next entry takes the very next cursor."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    good = [LogItem.of_checked_event(e) for e in run_events("r1", 1)]
+    with pytest.raises(TypeError):
+        await backend.append_batch(ref, [*good, LogItem.of_extension("bad", object())])
+    (after,) = await backend.append_batch(ref, [LogItem.of_extension("ok", 1)])
+    read = await backend.read(ref, "0", limit=10, wait=0)
+    assert read.status == "ok"
+    assert [e.cursor for e in read.entries][-1] == after.cursor
+    assert [int(e.cursor.split("-")[1]) for e in read.entries] == [1, 2, 3, 4]
+
+
+async def test_a_reader_woken_after_delete_and_create_again_reads_unknown() -> None:
+    """A wait's cursor is reused after the wake-up only in the same incarnation."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    (first,) = await backend.append_batch(ref, [LogItem.of_extension("a", 1)])
+    reader = asyncio.create_task(backend.read(ref, first.cursor, limit=10, wait=5))
+    await asyncio.sleep(0)
+    await backend.delete(ref)
+    await backend.create_conversation(ref, meta())
+    await backend.append_batch(ref, [LogItem.of_extension("b", 2), LogItem.of_extension("c", 3)])
+    assert (await reader).status == "unknown"
+
+
+async def test_a_reader_woken_after_its_entries_were_trimmed_reads_trimmed() -> None:
+    backend = MemoryBackend(event_log_max_len=2)
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    (first,) = await backend.append_batch(ref, [LogItem.of_extension("a", 1)])
+    reader = asyncio.create_task(backend.read(ref, first.cursor, limit=10, wait=5))
+    await asyncio.sleep(0)
+    many = [LogItem.of_extension(f"k{i}", i) for i in range(3)]
+    await backend.append_batch(ref, many)  # the entry after ``first`` is gone
+    assert (await reader).status == "trimmed"
+    woken = asyncio.create_task(
+        backend.read(ref, (await backend.head_cursor(ref)), limit=10, wait=5)
+    )
+    await asyncio.sleep(0)
+    (last,) = await backend.append_batch(ref, [LogItem.of_extension("z", 9)])
+    assert [e.cursor for e in (await woken).entries] == [last.cursor]
+
+
+# -- the shared wait timer: never late, no timer per delivery, nothing left behind ----------
+
+
+async def test_a_short_wait_ends_on_time_beside_a_long_one() -> None:
+    """The notifier's one timer fires at the earliest deadline: a short wait is never held
+    by a longer one already armed; the longer one may end early (an empty read) and waits
+    again."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    head = await backend.head_cursor(ref)
+    long = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=30))
+    await eventually(lambda: waiters(backend, ref) == 1, what="the long wait")
+    started = time.monotonic()
+    short = await backend.read(ref, head, limit=10, wait=0.05)
+    assert (short.status, short.entries) == ("ok", [])
+    assert 0.04 <= time.monotonic() - started < 5
+    early = await asyncio.wait_for(long, 5)  # ended with the short one: nothing new
+    assert (early.status, early.entries) == ("ok", [])
+    assert backend._notifiers == {}
+
+
+async def test_a_follower_waiting_after_each_delivery_arms_one_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woken by appends, the notifier keeps its timer for the follower's next wait (no
+    ``call_at`` per delivery); once nobody waits, it is forgotten when the timer fires."""
+    from app.backends import memory
+
+    armed: list[float] = []
+    arm = memory._Notifier.arm
+
+    def counting(self: memory._Notifier, loop: Any, deadline: float, expire: Any) -> None:
+        armed.append(deadline)
+        arm(self, loop, deadline, expire)
+
+    monkeypatch.setattr(memory._Notifier, "arm", counting)
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    head = await backend.head_cursor(ref)
+    for i in range(10):
+        reader = asyncio.ensure_future(backend.read(ref, head, limit=10, wait=2))
+        await asyncio.sleep(0)  # the reader runs to its wait (no sleeps: all within one timer)
+        assert waiters(backend, ref) == 1
+        (entry,) = await backend.append_batch(ref, [LogItem.of_extension("k", i)])
+        assert [e.cursor for e in (await reader).entries] == [entry.cursor]
+        head = entry.cursor
+    assert len(armed) == 1
+    assert ref in backend._notifiers  # kept for the next wait ...
+    await eventually(lambda: backend._notifiers == {}, what="the notifier is forgotten")

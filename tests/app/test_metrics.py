@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.backends import Backend, ConversationMeta, ConversationRef, MemoryBackend, ReadResult
+from app.backends import (
+    Backend,
+    ConversationMeta,
+    ConversationRef,
+    LogItem,
+    MemoryBackend,
+    ReadResult,
+)
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
 from tests.app.gateway_server import StartGateway, make_settings
@@ -311,6 +318,38 @@ async def test_instrumented_backend_times_ops_and_counts_errors() -> None:
     )
     assert sample(m, "agent_gateway_backend_op_errors_total", backend="memory", op="read") == 1
     assert sample(m, "agent_gateway_backend_op_seconds_count", backend="memory", op="read") is None
+
+
+class _Ticking:
+    """A clock that moves ``step`` seconds per reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_instrumented_append_batch_times_each_call_and_counts_its_errors() -> None:
+    """``append_batch`` (timed inline, not through ``_call``) observes one latency per call,
+    into the right bucket, and counts a failed call as one error."""
+    m = GatewayMetrics(clock=_Ticking(0.003))
+    backend = InstrumentedBackend(MemoryBackend(), m, "memory")
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, ConversationMeta("s", 1.0, 1.0))
+    started = {"type": "run.started", "runId": "r1", "sessionId": "s", "eventId": "e"}
+    entries = await backend.append_batch(ref, [LogItem.of_event(started)])
+    assert [e.event_type for e in entries] == ["run.started"]
+    await backend.append_batch(ref, [])
+    with pytest.raises(KeyError):  # another incarnation's event: all or nothing
+        await backend.append_batch(ref, [LogItem.of_event({**started, "sessionId": "old"})])
+    labels = {"backend": "memory", "op": "append_batch"}
+    assert sample(m, "agent_gateway_backend_op_seconds_count", **labels) == 3
+    assert sample(m, "agent_gateway_backend_op_seconds_sum", **labels) == pytest.approx(0.009)
+    assert sample(m, "agent_gateway_backend_op_seconds_bucket", le="0.0025", **labels) == 0
+    assert sample(m, "agent_gateway_backend_op_seconds_bucket", le="0.005", **labels) == 3
+    assert sample(m, "agent_gateway_backend_op_errors_total", **labels) == 1
 
 
 def test_instrumented_backend_delegates_every_backend_operation() -> None:

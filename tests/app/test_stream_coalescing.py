@@ -9,6 +9,8 @@ from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, ClassVar, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Message
 
@@ -167,3 +169,19 @@ async def test_sends_that_cannot_block_are_not_timed_and_others_still_drop(
         await asyncio.wait_for(response._send_with_timeout(cycle.send, body), 5)
     assert timed == [0.05]
     assert _flow_of(None) is None  # another server: every send is timed
+
+
+@settings(deadline=None, max_examples=60)
+@given(sizes=st.lists(st.integers(0, 3 * sse.COALESCE_BYTES // 2), min_size=1, max_size=4))
+def test_the_sends_of_a_read_are_what_coalescing_yields(sizes: list[int]) -> None:
+    """``_sends`` (one small entry: its frame as is) sends the bytes ``_coalesced`` sends, in
+    the same pieces."""
+    entries = [
+        LogEntry.for_event(f"x-{i}", {"type": "message.delta", "pad": "p" * size})
+        for i, size in enumerate(sizes)
+    ]
+    sse._joined.clear()
+    fast = [bytes(piece) for piece in sse._sends(entries)]
+    sse._joined.clear()
+    assert fast == [bytes(piece) for piece in _coalesced(entries)]
+    assert b"".join(fast) == b"".join(e.sse for e in entries)

@@ -50,6 +50,8 @@ class InstrumentedBackend(Backend):
         )
         #: op -> (errors counter, latency histogram or None): resolved once per operation.
         self._ops: dict[str, tuple[Counter, Histogram | None]] = {}
+        #: ``append_batch``'s, once resolved (its hot path skips the dict).
+        self._append_children: tuple[Counter, Histogram] | None = None
 
     @property
     def inner(self) -> Backend:
@@ -133,7 +135,23 @@ class InstrumentedBackend(Backend):
         return await self._call("append_extension", self._inner.append_extension(ref, key, value))
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
-        return await self._call("append_batch", self._inner.append_batch(ref, items))
+        # ``_call`` inlined: this runs once per upstream read (once per delta at 50 deltas/s).
+        # In a capacity profile the wrapper cost ~0.9x the memory append it wrapped; about
+        # half of that is the histogram (kept), the rest its coroutine and op lookup (gone).
+        children = self._append_children
+        if children is None:
+            errors, latency = self._children("append_batch", True)
+            assert latency is not None  # timed
+            children = self._append_children = (errors, latency)
+        clock = self._metrics.clock
+        start = clock()
+        try:
+            return await self._inner.append_batch(ref, items)
+        except Exception:  # a cancellation is not a backend error
+            children[0].inc()
+            raise
+        finally:
+            children[1].observe(clock() - start)
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._call("snapshot", self._inner.snapshot(ref))
