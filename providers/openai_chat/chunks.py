@@ -97,8 +97,8 @@ def _tool_call(raw: dict[str, Any], position: int) -> ToolCallDelta:
     index = raw.get("index")
     return ToolCallDelta(
         index=index if type(index) is int else position,
-        id=raw.get("id") or None,
-        name=function.get("name") or None,
+        id=_text(raw.get("id")) or None,  # a non-string id or name is no id or name
+        name=_text(function.get("name")) or None,
         arguments=_text(function.get("arguments")),
     )
 

@@ -121,6 +121,25 @@ async def test_a_delta_after_the_choice_finished_fails_the_run_cleanly(
     assert [e["payload"]["messageId"] for e in opened].count("msg_1") == 1
 
 
+@pytest.mark.parametrize("odd", [5, ["x"], {"a": 1}, True])
+async def test_a_tool_call_id_that_is_not_a_string_is_replaced(odd: Any) -> None:
+    call = {"index": 0, "id": odd, "function": {"name": "f", "arguments": "{}"}}
+    events = await run_frames(  # the contract check inside: every event valid
+        [delta_chunk({"tool_calls": [call]}), delta_chunk({}, "tool_calls"), "data: [DONE]\n\n"]
+    )
+    requested = next(e for e in events if e["type"] == "tool.requested")
+    assert requested["payload"]["toolCallId"] == "call_1_0_0"
+
+
+async def test_a_tool_name_that_is_not_a_string_is_no_name() -> None:
+    call = {"index": 0, "id": "a", "function": {"name": 7, "arguments": "{}"}}
+    events = await run_frames(
+        [delta_chunk({"tool_calls": [call]}), delta_chunk({}, "tool_calls"), "data: [DONE]\n\n"]
+    )
+    assert not [e for e in events if e["type"] == "tool.requested"]
+    assert terminal(events)["payload"]["error"]["code"] == "upstream_protocol_error"
+
+
 async def test_a_chunk_without_deltas_after_the_finish_is_fine() -> None:
     events = await run_frames(
         [
