@@ -60,14 +60,19 @@ local n = tonumber(ARGV[7])
 local nonce = ARGV[8 + 4 * n] or ''
 if nonce ~= '' and n > 0 then
   -- The same batch sent again (a client retry after a lost reply): answer, write nothing.
-  local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', n)
-  if #tail == n then
-    local fields = tail[1][2]
+  -- The newest entry tells (the nonce rides on a batch's last entry); the batch's n entries
+  -- are read only then (reading n entries per append cost more than its n XADDs).
+  local newest = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+  if #newest == 1 then
+    local fields = newest[1][2]
     for j = 1, #fields, 2 do
       if fields[j] == 'b' and fields[j + 1] == nonce then
-        local landed = {}
-        for i = n, 1, -1 do landed[#landed + 1] = tail[i][1] end
-        return landed
+        local tail = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', n)
+        if #tail == n then
+          local landed = {}
+          for i = n, 1, -1 do landed[#landed + 1] = tail[i][1] end
+          return landed
+        end
       end
     end
   end
