@@ -380,3 +380,18 @@ def delta_streams(draw: st.DrawFn, max_steps: int = 40) -> list[Any]:
 
 
 PART_TEXT = {"type": "text", "text": "p"}
+
+
+#: Every key of an AgentEvent envelope (protocol.md §2), for tests that mutate events.
+ENVELOPE_KEYS: tuple[str, ...] = (
+    "protocolVersion",
+    "type",
+    "eventId",
+    "sessionId",
+    "runId",
+    "sequence",
+    "timestamp",
+    "payload",
+    "parentId",
+    "meta",
+)

@@ -21,7 +21,7 @@ from core import (
 )
 from core.events import _validate, _validate_general
 from core.models import EVENT_MODELS
-from tests.core.strategies import any_streams, delta_streams
+from tests.core.strategies import ENVELOPE_KEYS, any_streams, delta_streams
 
 HUGE_INT = 10**400  # Infinity in JavaScript
 ERROR = {"message": "boom"}
@@ -430,20 +430,7 @@ ODD_VALUES: list[Any] = [
     "0.1",
 ]
 _ODD_VALUES = st.sampled_from(ODD_VALUES)
-_ENVELOPE_KEYS = st.sampled_from(
-    [
-        "protocolVersion",
-        "type",
-        "eventId",
-        "sessionId",
-        "runId",
-        "sequence",
-        "timestamp",
-        "payload",
-        "parentId",
-        "meta",
-    ]
-)
+_ENVELOPE_KEYS = st.sampled_from(ENVELOPE_KEYS)
 _PAYLOAD_KEYS = st.sampled_from(["messageId", "reasoningId", "toolCallId", "delta", "role"])
 
 

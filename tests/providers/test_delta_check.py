@@ -16,6 +16,7 @@ from providers.delta_check import DELTA_ID_FIELDS, is_plain_delta, is_run_id
 from providers.runner import AgentProviderProtocolError, run_agent_provider
 from providers.signal import AbortSignal
 from providers.transports import IterableTransport
+from tests.core.strategies import ENVELOPE_KEYS
 
 SESSION, RUN = "ses", "run"
 
@@ -77,20 +78,7 @@ ODD_VALUES = st.sampled_from(
         {"messageId": "m", "delta": "d", "x": 1},
     ]
 )
-KEYS = st.sampled_from(
-    [
-        "protocolVersion",
-        "type",
-        "eventId",
-        "sessionId",
-        "runId",
-        "sequence",
-        "timestamp",
-        "payload",
-        "parentId",
-        "meta",
-    ]
-)
+KEYS = st.sampled_from(ENVELOPE_KEYS)
 
 
 @settings(max_examples=600, deadline=None)
