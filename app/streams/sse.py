@@ -87,6 +87,16 @@ class _GatewayEventSource(EventSourceResponse):
     slot: str | None
     _server_send: Send | None = None
     _flow: Any = None
+    #: Set by the first body frame when the stream opens with its snapshot (no resume point):
+    #: heartbeats wait for it, so a slow snapshot (a loaded Redis) never lets a ``: ping`` come
+    #: first. A resumed stream may wait long for its first event: its heartbeats never wait.
+    _first_frame: asyncio.Event | None = None
+
+    async def _ping(self, send: Send) -> None:
+        first = self._first_frame
+        if first is not None:
+            await first.wait()
+        await super()._ping(send)
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         """Body messages go to the server's send directly: the middleware wrappers only act on
@@ -96,6 +106,10 @@ class _GatewayEventSource(EventSourceResponse):
         subscribers, a timer armed and cancelled per send was ~10 % of the fan-out's CPU. A
         send that may block still drops the subscriber past ``send_timeout``.
         """
+        first = self._first_frame
+        if first is not None and message["type"] == "http.response.body":
+            self._first_frame = None
+            first.set()
         server_send = self._server_send
         if server_send is None or message["type"] != "http.response.body":
             await super()._send_with_timeout(send, message)
@@ -307,6 +321,8 @@ async def sse_response(
         send_timeout=settings.send_timeout_seconds,
         sep="\n",
     )
+    if spec.since is None and spec.start is None:
+        response._first_frame = asyncio.Event()
     response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
     response.ref = ref
     response.slot = slot

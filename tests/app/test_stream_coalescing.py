@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any, ClassVar, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sse_starlette.sse import SendTimeoutError
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
 from starlette.types import Message
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
@@ -185,3 +185,37 @@ def test_the_sends_of_a_read_are_what_coalescing_yields(sizes: list[int]) -> Non
     sse._joined.clear()
     assert fast == [bytes(piece) for piece in _coalesced(entries)]
     assert b"".join(fast) == b"".join(e.sse for e in entries)
+
+
+@pytest.mark.parametrize("opens_with_snapshot", [True, False])
+async def test_no_heartbeat_comes_before_the_opening_snapshot(opens_with_snapshot: bool) -> None:
+    """A stream that opens with its snapshot sends it before any ``: ping``, however slow the
+    snapshot (a loaded Redis); a resumed stream, which may wait long for its first event,
+    keeps its heartbeats from the start. Pings follow as usual after the first frame."""
+    sent: list[bytes] = []
+    pinged = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0.2)  # the slow snapshot: ten heartbeat intervals
+        yield b"event: snapshot\ndata: {}\n\n"
+        await pinged.wait()
+
+    async def send(message: Message) -> None:
+        body = message.get("body", b"")
+        sent.append(body)
+        if body.startswith(b": ping") and b"event: snapshot" in b"".join(sent):
+            pinged.set()
+
+    async def receive() -> Message:
+        await asyncio.Event().wait()  # the client never leaves
+        raise AssertionError
+
+    response = _GatewayEventSource(frames(), ping=0.02, ping_message_factory=sse._ping, sep="\n")
+    if opens_with_snapshot:
+        response._first_frame = asyncio.Event()
+    scope = {"type": "http", "method": "GET", "extensions": {}}
+    await asyncio.wait_for(EventSourceResponse.__call__(response, scope, receive, send), 10)
+    bodies = [body for body in sent if body]
+    first_ping = next(i for i, body in enumerate(bodies) if body.startswith(b": ping"))
+    snapshot_at = next(i for i, body in enumerate(bodies) if b"event: snapshot" in body)
+    assert (snapshot_at < first_ping) is opens_with_snapshot
