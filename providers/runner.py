@@ -23,7 +23,6 @@ from typing import Any
 
 from core.events import RUN_TERMINAL_TYPES, validate_event
 from providers.contract import AgentEvent, AgentProvider, Command, OnEvent, OnEvents, RunOptions
-from providers.delta_check import is_plain_delta, is_run_id
 from providers.errors import AbortError, ProviderError, WaitTimeout
 
 __all__ = ["AgentProviderProtocolError", "run_agent_provider"]
@@ -85,20 +84,10 @@ async def run_agent_provider(
     pending: list[AgentEvent] = []
 
     declared = frozenset(event_types)
-    #: is_plain_delta's precondition; without it every event takes the full checks.
-    short = is_run_id(session_id) and is_run_id(run_id)
 
     def collect(events: Iterable[AgentEvent]) -> None:
         # Checks inline, no await: this loop carries every event of the run.
         for event in events:
-            if short and is_plain_delta(event, session_id, run_id):
-                # Valid and of this run (see providers.delta_check): only the type is left.
-                if event["type"] not in declared:
-                    raise AgentProviderProtocolError(
-                        f'Provider "{provider.id}" emitted undeclared event type "{event["type"]}".'
-                    )
-                pending.append(event)
-                continue
             if validate_event(event) is not None:
                 raise AgentProviderProtocolError(
                     f'Provider "{provider.id}" emitted an invalid event.'
