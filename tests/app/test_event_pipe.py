@@ -136,6 +136,29 @@ class RecordingMemoryBackend(MemoryBackend):
         return await super().append_batch(ref, items)
 
 
+class LoopClock:
+    """The running loop's clock, moved only by the test (a loaded CI machine can take more
+    than the pipe's inline gap between two awaits)."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def loop_clock(monkeypatch: pytest.MonkeyPatch) -> LoopClock:
+    """Freeze the running loop's ``time()`` until ``monkeypatch.undo()`` (no timer is due
+    meanwhile: the pipe's writes to a memory backend never sleep)."""
+    loop = asyncio.get_running_loop()
+    clock = LoopClock(loop.time())
+    monkeypatch.setattr(loop, "time", clock)
+    return clock
+
+
 class FailingMemoryBackend(MemoryBackend):
     """An in-process backend whose writes fail (a conversation deleted and created again)."""
 
@@ -143,16 +166,20 @@ class FailingMemoryBackend(MemoryBackend):
         raise KeyError("deleted and created again")
 
 
-async def test_an_in_process_backend_is_written_inline_when_reads_come_apart() -> None:
+async def test_an_in_process_backend_is_written_inline_when_reads_come_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     backend = MemoryBackend()
     await backend.create_conversation(REF, meta())
     logged: list[LogEntry] = []
     pipe = EventPipe(backend, REF, logged.extend, max_pending=4)
     tasks = len(asyncio.all_tasks())
+    clock = loop_clock(monkeypatch)
     await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
     assert [e.decoded()["sequence"] for e in logged] == [0]  # logged before put returned
-    await asyncio.sleep(INLINE_GAP_SECONDS * 5)  # a slow stream: the next read comes later
+    clock.advance(INLINE_GAP_SECONDS)  # a slow stream: the next read comes a gap later
     await pipe.put_all([LogItem.of_event(event("r1", seq, "x")) for seq in range(1, 11)])
+    monkeypatch.undo()
     assert len(asyncio.all_tasks()) == tasks  # no drain task
     # More than max_pending in one read: written at once, nothing waits for space.
     assert [e.decoded()["sequence"] for e in logged] == list(range(11))
@@ -161,13 +188,18 @@ async def test_an_in_process_backend_is_written_inline_when_reads_come_apart() -
     assert snapshot is not None and snapshot.cursor == logged[-1].cursor
 
 
-async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task() -> None:
+async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     backend = RecordingMemoryBackend()
     await backend.create_conversation(REF, meta())
     logged: list[LogEntry] = []
     pipe = EventPipe(backend, REF, logged.extend)
-    for seq in range(5):  # no time passes between them: a stream at full speed
+    clock = loop_clock(monkeypatch)
+    for seq in range(5):  # a stream at full speed: each read just under the gap after the last
         await pipe.put(LogItem.of_event(event("r1", seq, "run.started" if seq == 0 else "x")))
+        clock.advance(INLINE_GAP_SECONDS * 0.9)
+    monkeypatch.undo()
     assert backend.batches == [1]  # the first inline, the next four wait for the drain task
     await pipe.flush()
     assert backend.batches == [1, 4]
