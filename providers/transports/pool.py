@@ -20,6 +20,8 @@ import httpcore
 import httpx
 from httpcore import AsyncConnectionInterface
 
+from providers.transports.network import AsyncioBackend
+
 __all__ = ["SWEEP_SECONDS", "LinearConnectionPool", "pooled_transport"]
 
 #: How often the idle connections are all polled (expired ones closed); well below the 4 s
@@ -101,4 +103,6 @@ def pooled_transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
         pool, "_assign_requests_to_connections"
     ):
         pool.__class__ = LinearConnectionPool
+        if hasattr(pool, "_network_backend"):
+            pool._network_backend = AsyncioBackend()
     return transport
