@@ -14,6 +14,7 @@ from app.backends.base import (
     LogEntry,
     LogItem,
     ReadResult,
+    ReadSink,
     RunControl,
     Snapshot,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "MemoryBackend",
     "QueuedRuns",
     "ReadResult",
+    "ReadSink",
     "RunControl",
     "RunSignals",
     "RunSlots",

@@ -42,6 +42,7 @@ from app.backends.types import (
     LogEntry,
     LogItem,
     ReadResult,
+    ReadSink,
     RunControl,
     Snapshot,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "LogEntry",
     "LogItem",
     "ReadResult",
+    "ReadSink",
     "RunControl",
     "Snapshot",
 ]

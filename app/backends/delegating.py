@@ -17,6 +17,7 @@ from app.backends.types import (
     LogItem,
     QueuedRun,
     ReadResult,
+    ReadSink,
     RunAdopter,
     RunControl,
     Snapshot,
@@ -103,9 +104,15 @@ class DelegatingBackend(Backend):
         return await self._inner.head_cursor(ref)
 
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
-        return await self._inner.read(ref, after, limit=limit, wait=wait)
+        return await self._inner.read(ref, after, limit=limit, wait=wait, sink=sink)
 
     def wake_readers(self) -> None:
         self._inner.wake_readers()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from app.backends.types import (
     LogItem,
     QueuedRun,
     ReadResult,
+    ReadSink,
     RunAdopter,
     RunControl,
     Snapshot,
@@ -38,6 +40,8 @@ from core.store import AgentStore
 from providers.contract import Command
 
 __all__ = ["MemoryBackend"]
+
+logger = logging.getLogger("app.backends.memory")
 
 
 class _Notifier:
@@ -53,7 +57,8 @@ class _Notifier:
     __slots__ = ("deadline", "timer", "waiters")
 
     def __init__(self) -> None:
-        self.waiters: dict[asyncio.Future[None], None] = {}  # insertion order: FIFO wake-ups
+        #: Each waiting reader's future, with its sink when it gave one (FIFO wake-ups).
+        self.waiters: dict[asyncio.Future[None], _Sinking | None] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.deadline = float("inf")
 
@@ -63,6 +68,24 @@ class _Notifier:
             if not waiter.done():
                 waiter.set_result(None)
         self.waiters.clear()
+
+    def appended(self, first_seq: int, entries: list[LogEntry]) -> None:
+        """``entries`` (seqs from ``first_seq``) were logged: a reader waiting right before
+        them whose sink takes them keeps waiting past them; every other reader is woken."""
+        kept: dict[asyncio.Future[None], _Sinking | None] | None = None
+        for waiter, sinking in self.waiters.items():
+            if waiter.done():
+                continue
+            if sinking is not None and sinking.seq == first_seq - 1 and sinking.offer(entries):
+                sinking.seq += len(entries)
+                if kept is None:
+                    kept = {}
+                kept[waiter] = sinking
+                continue
+            waiter.set_result(None)
+        self.waiters.clear()
+        if kept:
+            self.waiters.update(kept)
 
     def arm(
         self, loop: asyncio.AbstractEventLoop, deadline: float, expire: Callable[[], None]
@@ -78,6 +101,23 @@ class _Notifier:
             self.timer.cancel()
             self.timer = None
             self.deadline = float("inf")
+
+
+class _Sinking:
+    """A waiting reader's position and its sink (see ``EventReader.read``)."""
+
+    __slots__ = ("seq", "sink")
+
+    def __init__(self, seq: int, sink: ReadSink) -> None:
+        self.seq = seq
+        self.sink = sink
+
+    def offer(self, entries: list[LogEntry]) -> bool:
+        try:
+            return self.sink(entries)
+        except Exception:  # the reader's problem, never the appender's: it is woken instead
+            logger.exception("a read sink failed; the reader is woken instead")
+            return False
 
 
 class _Conversation:
@@ -206,6 +246,11 @@ class MemoryBackend(Backend):
         if notifier is not None:
             notifier.notify()
 
+    def _appended(self, ref: ConversationRef, first_seq: int, entries: list[LogEntry]) -> None:
+        notifier = self._notifiers.get(ref)
+        if notifier is not None:
+            notifier.appended(first_seq, entries)
+
     # --- conversations -------------------------------------------------------------------
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
         if self._get(ref) is not None:
@@ -260,7 +305,7 @@ class MemoryBackend(Backend):
     # --- log and state -------------------------------------------------------------------
     def _append(self, ref: ConversationRef, conv: _Conversation, entry: LogEntry) -> LogEntry:
         self._log(conv, entry)
-        self._notify(ref)
+        self._appended(ref, conv.last_seq, [entry])
         return entry
 
     def _log(self, conv: _Conversation, entry: LogEntry) -> None:
@@ -327,10 +372,11 @@ class MemoryBackend(Backend):
         finally:
             # What was reduced is logged, with no gap in the seqs, even when an item raised.
             if out:
+                first_seq = conv.last_seq + 1
                 conv.last_seq += len(out)
                 self._log_all(conv, out)
                 conv.meta.updated_at = time.time() * 1000
-                self._notify(ref)  # one wake-up for the whole batch
+                self._appended(ref, first_seq, out)  # one wake-up for the whole batch
         return out
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
@@ -384,7 +430,13 @@ class MemoryBackend(Backend):
         return ReadResult("ok", entries)
 
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
         conv = self._conversations.get(ref)
         seq = None if conv is None else conv.parse(after)
@@ -404,7 +456,8 @@ class MemoryBackend(Backend):
         # capacity run's CPU).
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        notifier.waiters[waiter] = None
+        sinking = None if sink is None or seq is None else _Sinking(seq, sink)
+        notifier.waiters[waiter] = sinking
         deadline = loop.time() + wait
         if notifier.timer is None or deadline < notifier.deadline:  # else: it fires by then
             notifier.arm(loop, deadline, partial(self._expire, ref, notifier))
@@ -420,7 +473,10 @@ class MemoryBackend(Backend):
                     del self._notifiers[ref]
         if conv is not None and seq is not None and self._conversations.get(ref) is conv:
             # The same incarnation: ``after`` parses as before the wait (seqs only grow), so
-            # the wake-up of each follower at each append skips the parse (~1 µs).
+            # the wake-up of each follower at each append skips the parse (~1 µs). Past what
+            # the sink took, if it took any.
+            if sinking is not None:
+                seq = sinking.seq
             return self._read_from(conv, seq, limit) or ReadResult("ok", [])
         return self._read_now(ref, after, limit)
 

@@ -20,6 +20,7 @@ from app.backends.types import (
     LogItem,
     QueuedRun,
     ReadResult,
+    ReadSink,
     RunAdopter,
     RunControl,
     Snapshot,
@@ -142,9 +143,21 @@ class EventReader(Protocol):
 
     @abstractmethod
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
-        """Entries after ``after`` (at most ``limit``); waits up to ``wait`` s for the first."""
+        """Entries after ``after`` (at most ``limit``); waits up to ``wait`` s for the first.
+
+        With ``sink``, a backend that appends in this process may offer the entries appended
+        while the read waits (those right after its position) to ``sink`` in the appending
+        task, instead of waking the reader: when it takes them, the read's position moves
+        past them and it keeps waiting; what it returns comes after them. The caller learns
+        what was taken from its sink. Other backends ignore ``sink`` and wake the reader."""
 
     @abstractmethod
     def wake_readers(self) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "LogItem",
     "QueuedRun",
     "ReadResult",
+    "ReadSink",
     "RunAdopter",
     "RunControl",
     "Snapshot",
@@ -236,6 +237,11 @@ class ReadResult:
 
     status: Literal["ok", "trimmed", "unknown"]
     entries: list[LogEntry] = field(default_factory=list)
+
+
+#: Takes entries appended while a read waits right before them, in the appending task, and
+#: returns whether it took them (see ``EventReader.read``). It must not block or await.
+ReadSink = Callable[[list["LogEntry"]], bool]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Iterator, Mapping
+from typing import Any, cast
 
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
@@ -80,6 +80,41 @@ def _flow_of(server_send: Send | None) -> Any:
     return flow if isinstance(getattr(flow, "write_paused", None), bool) else None
 
 
+class _Pusher:
+    """Writes a follower's batch from the appending task (``follow._Sink``): through the
+    server's own ``send``, and only when that send cannot wait (the transport is not paused
+    for writing), so it returns without suspending: driven by one ``send(None)``.
+
+    Only a batch that is one send (one frame, or frames joined under ``COALESCE_BYTES``), and
+    only once the response has sent its first body frame (headers, ``retry:``, snapshot).
+    """
+
+    __slots__ = ("flow", "ready", "server_send")
+
+    def __init__(self) -> None:
+        self.server_send: Send | None = None
+        self.flow: Any = None
+        self.ready = False
+
+    def __call__(self, entries: list[LogEntry]) -> bool:
+        flow = self.flow
+        if not self.ready or flow is None or flow.write_paused or self.server_send is None:
+            return False
+        sends = _sends(entries)
+        if not isinstance(sends, tuple):
+            sends = tuple(sends)
+            if len(sends) != 1:
+                return False
+        message = {"type": "http.response.body", "body": sends[0], "more_body": True}
+        sending = cast(Coroutine[Any, Any, None], self.server_send(message))
+        try:
+            sending.send(None)
+        except StopIteration:
+            return True
+        sending.close()  # it would have waited, and a server waits before writing anything
+        return False
+
+
 class _GatewayEventSource(EventSourceResponse):
     gateway: Gateway
     ref: ConversationRef
@@ -91,6 +126,8 @@ class _GatewayEventSource(EventSourceResponse):
     #: heartbeats wait for it, so a slow snapshot (a loaded Redis) never lets a ``: ping`` come
     #: first. A resumed stream may wait long for its first event: its heartbeats never wait.
     _first_frame: asyncio.Event | None = None
+    #: Writes followed entries from the appending task (see :class:`_Pusher`).
+    pusher: _Pusher | None = None
 
     async def _ping(self, send: Send) -> None:
         first = self._first_frame
@@ -117,8 +154,11 @@ class _GatewayEventSource(EventSourceResponse):
         flow = self._flow
         if flow is not None and not flow.write_paused:
             await server_send(message)
-            return
-        await _send_within(server_send(message), self.send_timeout)
+        else:
+            await _send_within(server_send(message), self.send_timeout)
+        pusher = self.pusher
+        if pusher is not None and not pusher.ready:
+            pusher.server_send, pusher.flow, pusher.ready = server_send, flow, True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -288,10 +328,10 @@ async def _snapshot_frames(
 
 
 async def _frames(
-    gateway: Gateway, ref: ConversationRef, spec: Follow
+    gateway: Gateway, ref: ConversationRef, spec: Follow, pusher: _Pusher | None = None
 ) -> AsyncIterator[bytes | memoryview]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
-    async for item in follow_batches(gateway, ref, spec):
+    async for item in follow_batches(gateway, ref, spec, pusher):
         if isinstance(item, dict):
             with_retry, retry = retry is not None, None
             async for piece in _snapshot_frames(gateway, ref, item, with_retry):
@@ -313,8 +353,9 @@ async def sse_response(
     """An SSE response following the conversation's log as ``spec`` says (``headers`` added)."""
     settings = gateway.settings.gateway
     slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
+    pusher = _Pusher()
     response = _GatewayEventSource(
-        _frames(gateway, ref, spec),
+        _frames(gateway, ref, spec, pusher),
         headers={"Cache-Control": "no-cache", **(headers or {})},
         ping=settings.heartbeat_seconds,
         ping_message_factory=_ping,
@@ -323,6 +364,7 @@ async def sse_response(
     )
     if spec.since is None and spec.start is None:
         response._first_frame = asyncio.Event()
+    response.pusher = pusher
     response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
     response.ref = ref
     response.slot = slot

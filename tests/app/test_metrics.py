@@ -15,6 +15,7 @@ from app.backends import (
     LogItem,
     MemoryBackend,
     ReadResult,
+    ReadSink,
 )
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
@@ -285,7 +286,13 @@ class _DownOnRead(MemoryBackend):
         self.woken = 0
 
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
         raise ConnectionError("redis down")
 

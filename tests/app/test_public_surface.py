@@ -34,6 +34,7 @@ def test_backends_surface() -> None:
         "LogItem",
         "MemoryBackend",
         "ReadResult",
+        "ReadSink",
         "RunControl",
         "Snapshot",
         "create_backend",

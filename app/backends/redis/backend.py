@@ -58,6 +58,7 @@ from app.backends.types import (
     LogItem,
     QueuedRun,
     ReadResult,
+    ReadSink,
     RunAdopter,
     RunControl,
     Snapshot,
@@ -211,8 +212,15 @@ class RedisBackend(Backend):
         return await self.reads.head_cursor(ref)
 
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
+        # ``sink`` is not used: appends go through Redis, the readers are woken.
         return await self.reads.read(ref, after, limit=limit, wait=wait)
 
     def wake_readers(self) -> None:

@@ -17,7 +17,7 @@ from app.backends.redis.fanout import LogReader
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.roles import EventReader
-from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult
+from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult, ReadSink
 
 __all__ = ["RedisReads"]
 
@@ -50,6 +50,7 @@ class RedisReads(EventReader):
         *,
         limit: int,
         wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
         hub = self._i.hub
         keys = self._i.keys(ref)

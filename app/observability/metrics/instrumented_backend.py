@@ -15,6 +15,7 @@ from app.backends.types import (
     LogItem,
     QueuedRun,
     ReadResult,
+    ReadSink,
     RunAdopter,
     RunControl,
     Snapshot,
@@ -163,12 +164,18 @@ class InstrumentedBackend(Backend):
         return await self._call("head_cursor", self._inner.head_cursor(ref))
 
     async def read(
-        self, ref: ConversationRef, after: str, *, limit: int, wait: float
+        self,
+        ref: ConversationRef,
+        after: str,
+        *,
+        limit: int,
+        wait: float,
+        sink: ReadSink | None = None,
     ) -> ReadResult:
         # Not through ``_call``: every follower reads once per delivery (hundreds per append
         # in a fan-out), and an untimed operation needs only its error count.
         try:
-            return await self._inner.read(ref, after, limit=limit, wait=wait)
+            return await self._inner.read(ref, after, limit=limit, wait=wait, sink=sink)
         except Exception:  # a cancellation is not a backend error
             self._children("read", False)[0].inc()
             raise

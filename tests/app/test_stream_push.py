@@ -1,0 +1,303 @@
+"""Pushed deliveries: a follower waiting at the head gets what is appended written by the
+appending task (no wake-up), and never loses, repeats or reorders an entry: the memory
+backend's read sinks, the follower's sink, the SSE pusher, and a real stream over uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, ClassVar
+
+import pytest
+from httpx_sse import ServerSentEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.types import Message
+
+from app.backends import EMPTY_CURSOR, Backend, ConversationRef, LogEntry, LogItem, MemoryBackend
+from app.gateway import Gateway
+from app.streams import follow as follow_module
+from app.streams import sse
+from app.streams.follow import Follow, follow_batches
+from tests.app.backend_contract import event, meta, run_events
+from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.helpers import collect_sse, events_of, start_run, terminal
+from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
+
+REF = ConversationRef("alice", "c1")
+
+
+def items(events: list[dict[str, Any]]) -> list[LogItem]:
+    return [LogItem.of_event(e) for e in events]
+
+
+def memory_of(backend: Backend) -> MemoryBackend:
+    """The memory backend under the gateway's wrappers (metrics, archive)."""
+    while not isinstance(backend, MemoryBackend):
+        backend = backend._inner  # type: ignore[attr-defined]
+    return backend
+
+
+def parked_with_sink(backend: Backend, ref: ConversationRef) -> bool:
+    notifier = memory_of(backend)._notifiers.get(ref)
+    return notifier is not None and any(s is not None for s in notifier.waiters.values())
+
+
+# --- the memory backend's read sinks -------------------------------------------------------
+
+
+async def test_a_sink_takes_what_is_appended_at_the_head_and_the_read_keeps_waiting() -> None:
+    backend = MemoryBackend()
+    await backend.create_conversation(REF, meta())
+    events = run_events("r1", 6)
+    (head,) = await backend.append_batch(REF, items(events[:1]))
+    taken: list[list[str]] = []
+    refuse = asyncio.Event()
+
+    def sink(entries: list[LogEntry]) -> bool:
+        if refuse.is_set():
+            return False
+        taken.append([e.cursor for e in entries])
+        return True
+
+    reading = asyncio.create_task(backend.read(REF, head.cursor, limit=100, wait=30, sink=sink))
+    await eventually(lambda: parked_with_sink(backend, REF))
+    first = await backend.append_batch(REF, items(events[1:3]))
+    second = await backend.append_batch(REF, items(events[3:4]))
+    assert taken == [[e.cursor for e in first], [e.cursor for e in second]]
+    assert not reading.done() and parked_with_sink(backend, REF)  # still waiting, not woken
+    refuse.set()
+    third = await backend.append_batch(REF, items(events[4:6]))
+    result = await asyncio.wait_for(reading, 5)
+    assert [e.cursor for e in result.entries] == [e.cursor for e in third]  # after the taken
+
+
+@pytest.mark.parametrize("behaviour", ["refuses", "raises"])
+async def test_a_sink_that_refuses_or_fails_wakes_the_reader_and_the_append_stands(
+    behaviour: str,
+) -> None:
+    backend = MemoryBackend()
+    await backend.create_conversation(REF, meta())
+    events = run_events("r1", 2)
+    (head,) = await backend.append_batch(REF, items(events[:1]))
+
+    def sink(entries: list[LogEntry]) -> bool:
+        if behaviour == "raises":
+            raise RuntimeError("the subscriber's connection broke")
+        return False
+
+    reading = asyncio.create_task(backend.read(REF, head.cursor, limit=100, wait=30, sink=sink))
+    await eventually(lambda: parked_with_sink(backend, REF))
+    appended = await backend.append_batch(REF, items(events[1:]))
+    result = await asyncio.wait_for(reading, 5)
+    assert [e.cursor for e in result.entries] == [e.cursor for e in appended]
+    assert (await backend.head_cursor(REF)) == appended[-1].cursor
+
+
+async def test_a_read_that_times_out_after_taking_returns_nothing_taken_again() -> None:
+    backend = MemoryBackend()
+    await backend.create_conversation(REF, meta())
+    events = run_events("r1", 1)
+    (head,) = await backend.append_batch(REF, items(events[:1]))
+    taken: list[LogEntry] = []
+    reading = asyncio.create_task(
+        backend.read(REF, head.cursor, limit=100, wait=0.3, sink=lambda e: taken.extend(e) or True)
+    )
+    await eventually(lambda: parked_with_sink(backend, REF))
+    await backend.append_batch(REF, items(events[1:]))
+    result = await asyncio.wait_for(reading, 5)
+    assert result.status == "ok" and result.entries == [] and len(taken) == 2
+
+
+# --- the follower: every entry once, in order, pushed or yielded ---------------------------
+
+TYPES = ("message.delta", "run.completed")
+
+
+async def _follow_with_pushes(
+    batches: list[list[str]], answers: list[bool], followers: int
+) -> tuple[list[str], list[str], set[str], list[str]]:
+    """Append ``batches`` (types of a run's events after ``run.started``) one after another,
+    each once the follower has caught up; ``push`` answers from ``answers`` (cycled)."""
+    gateway = Gateway(make_settings())
+    await gateway.start()
+    await gateway.backend.create_conversation(REF, meta())
+    counts = follow_module._followers.setdefault(gateway, follow_module.Counter())
+    counts[REF] += followers - 1  # others following the same conversation: pacing
+    seen: list[str] = []
+    pushed: set[str] = set()
+    calls = 0
+
+    def push(entries: list[LogEntry]) -> bool:
+        nonlocal calls
+        answer = answers[calls % len(answers)]
+        calls += 1
+        if answer:
+            seen.extend(e.cursor for e in entries)
+            pushed.update(e.cursor for e in entries)
+        return answer
+
+    async def consume() -> None:
+        async for item in follow_batches(gateway, REF, Follow(start=EMPTY_CURSOR), push):
+            assert isinstance(item, list)
+            seen.extend(e.cursor for e in item)
+
+    consumer = asyncio.create_task(consume())
+    logged: list[str] = []
+    terminal_cursors: list[str] = []
+    seq = 0
+    run = 0
+    try:
+        for types in batches:
+            events = [event(f"r{run}", 0, "run.started")] if seq == 0 else []
+            seq = max(seq, 1)
+            for type_ in types:
+                if type_ == "run.completed":
+                    events.append(event(f"r{run}", seq, type_))
+                    run, seq = run + 1, 0
+                    break
+                events.append(event(f"r{run}", seq, "message.delta", {"delta": "x"}))
+                seq += 1
+            entries = await gateway.backend.append_batch(REF, items(events))
+            logged.extend(e.cursor for e in entries)
+            terminal_cursors.extend(e.cursor for e in entries if e.is_run_terminal)
+            await eventually(
+                lambda: len(seen) == len(logged) and parked_with_sink(gateway.backend, REF)
+            )
+    finally:
+        consumer.cancel()
+        counts[REF] -= followers - 1
+        await gateway.close()
+    return seen, logged, pushed, terminal_cursors
+
+
+@settings(deadline=None, max_examples=25)
+@given(
+    batches=st.lists(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4), max_size=6),
+    answers=st.lists(st.booleans(), min_size=1, max_size=4),
+)
+def test_every_entry_reaches_the_follower_once_in_order_pushed_or_yielded(
+    batches: list[list[str]], answers: list[bool]
+) -> None:
+    seen, logged, pushed, terminals = asyncio.run(_follow_with_pushes(batches, answers, 1))
+    assert seen == logged
+    assert pushed.isdisjoint(terminals)  # a run's end is yielded: it decides when to stop
+
+
+async def test_paced_followers_are_never_pushed_to() -> None:
+    seen, logged, pushed, _ = await _follow_with_pushes([["message.delta"]] * 3, [True], 40)
+    assert seen == logged and not pushed
+
+
+# --- the SSE pusher ------------------------------------------------------------------------
+
+
+class Flow:
+    write_paused = False
+
+
+class Cycle:
+    """uvicorn's response cycle as the pusher sees it: a send that waits only when paused."""
+
+    sent: ClassVar[list[bytes]]
+
+    def __init__(self) -> None:
+        self.flow = Flow()
+        self.sent = []
+
+    async def send(self, message: Message) -> None:
+        if self.flow.write_paused:
+            await asyncio.Event().wait()
+        self.sent.append(bytes(message["body"]))
+
+
+def entry(seq: int, size: int = 10) -> LogEntry:
+    return LogEntry.for_event(f"i-{seq}", {"type": "message.delta", "pad": "p" * size})
+
+
+async def test_the_pusher_writes_one_send_only_when_it_cannot_wait() -> None:
+    cycle = Cycle()
+    pusher = sse._Pusher()
+    one = [entry(1)]
+    assert not pusher(one)  # not ready: the response has not sent its first frame
+    pusher.server_send, pusher.flow, pusher.ready = cycle.send, cycle.flow, True
+    assert pusher(one) and cycle.sent == [one[0].sse]
+    two = [entry(2), entry(3)]
+    assert pusher(two) and cycle.sent[-1] == two[0].sse + two[1].sse  # joined: one send
+    big = [entry(4, sse.COALESCE_BYTES), entry(5, sse.COALESCE_BYTES)]
+    assert not pusher(big) and len(cycle.sent) == 2  # more than one send: the follower's
+    cycle.flow.write_paused = True
+    assert not pusher(one) and len(cycle.sent) == 2  # paused: nothing written
+
+
+async def test_a_send_that_would_wait_is_not_pushed_and_writes_nothing() -> None:
+    cycle = Cycle()
+    started: list[Coroutine[Any, Any, None]] = []
+
+    def send(message: Message) -> Coroutine[Any, Any, None]:
+        cycle.flow.write_paused = True  # paused by the time it runs: it waits
+        coroutine = cycle.send(message)
+        started.append(coroutine)
+        return coroutine
+
+    pusher = sse._Pusher()
+    pusher.server_send, pusher.flow, pusher.ready = send, Flow(), True
+    assert not pusher([entry(1)])
+    assert cycle.sent == [] and started[0].cr_frame is None  # closed, not left pending
+
+
+# --- a real stream over uvicorn ------------------------------------------------------------
+
+
+REF_C1 = ConversationRef("anonymous", "c1")
+
+
+async def test_a_subscriber_at_the_head_gets_pushed_frames_exactly_once(
+    start_gateway: StartGateway, backend_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the memory backend the deltas after each gate are pushed; on Redis (no sinks) the
+    subscriber is woken as before: either way every event arrives once, in order."""
+    provider = ScriptedProvider()
+    gw = await start_gateway(make_settings(), providers={"demo": provider})
+    pushes = 0
+    original = sse._Pusher.__call__
+
+    def counting(self: sse._Pusher, entries: list[LogEntry]) -> bool:
+        nonlocal pushes
+        done = original(self, entries)
+        pushes += done
+        return done
+
+    monkeypatch.setattr(sse._Pusher, "__call__", counting)
+    deltas_seen = 0
+
+    def until_terminal(frames: list[ServerSentEvent]) -> bool:
+        nonlocal deltas_seen
+        deltas_seen = sum(b'"message.delta"' in f.data.encode() for f in frames)
+        return terminal(frames)
+
+    async with gw.client() as client:
+        following = asyncio.Event()
+        reader = asyncio.create_task(
+            collect_sse(
+                client, "/v1/conversations/c1/events", stop=until_terminal, first_frame=following
+            )
+        )
+        await asyncio.wait_for(following.wait(), 10)
+        # Each gate holds the run until the subscriber has the delta before it and waits at
+        # the head: the one delta after the gate is appended alone (pushed, on memory).
+        await start_run(client, "c1", "text:1 gate:a text:1 gate:b text:1")
+        for count, gate in ((1, "a"), (2, "b")):
+            await eventually(lambda n=count: deltas_seen == n)  # type: ignore[misc]
+            if backend_kind == "memory":
+                await eventually(lambda: parked_with_sink(gw.gateway.backend, REF_C1))
+            provider.gates[gate].set()
+        frames = await asyncio.wait_for(reader, 10)
+    events = events_of(frames)
+    assert [e["sequence"] for e in events] == list(range(len(events)))
+    deltas = [e["payload"]["delta"] for e in events if e["type"] == "message.delta"]
+    assert deltas == ["w0 "] * 3
+    assert pushes >= 2 if backend_kind == "memory" else pushes == 0
+    ids = [f.id for f in frames]
+    assert len(ids) == len(set(ids))
