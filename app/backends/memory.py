@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from app.backends.base import Backend
+from app.backends.sinks import offer
 from app.backends.types import (
     EMPTY_CURSOR,
     AcceptedAnswer,
@@ -40,8 +40,6 @@ from core.store import AgentStore
 from providers.contract import Command
 
 __all__ = ["MemoryBackend"]
-
-logger = logging.getLogger("app.backends.memory")
 
 
 class _Notifier:
@@ -113,11 +111,7 @@ class _Sinking:
         self.sink = sink
 
     def offer(self, entries: list[LogEntry]) -> bool:
-        try:
-            return self.sink(entries)
-        except Exception:  # the reader's problem, never the appender's: it is woken instead
-            logger.exception("a read sink failed; the reader is woken instead")
-            return False
+        return offer(self.sink, entries)
 
 
 class _Conversation:

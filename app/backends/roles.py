@@ -153,11 +153,12 @@ class EventReader(Protocol):
     ) -> ReadResult:
         """Entries after ``after`` (at most ``limit``); waits up to ``wait`` s for the first.
 
-        With ``sink``, a backend that appends in this process may offer the entries appended
-        while the read waits (those right after its position) to ``sink`` in the appending
-        task, instead of waking the reader: when it takes them, the read's position moves
-        past them and it keeps waiting; what it returns comes after them. The caller learns
-        what was taken from its sink. Other backends ignore ``sink`` and wake the reader."""
+        With ``sink``, a backend may offer entries appended in this process while the read
+        waits (those right after its position) to ``sink`` in the appending task, instead of
+        waking the reader (memory: every append; Redis: what this instance's run writer
+        feeds the window): when it takes them, the read's position moves past them and it
+        keeps waiting; what it returns comes after them. The caller learns what was taken
+        from its sink. Entries a backend does not offer wake the reader, as without one."""
 
     @abstractmethod
     def wake_readers(self) -> None:

@@ -12,9 +12,14 @@ import pytest
 from httpx_sse import ServerSentEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.asyncio import Redis
 from starlette.types import Message
 
 from app.backends import EMPTY_CURSOR, Backend, ConversationRef, LogEntry, LogItem, MemoryBackend
+from app.backends.redis import RedisBackend
+from app.backends.redis.eventlog import Entry, EventLog
+from app.backends.redis.fanout import LogReader, SinkWait
+from app.backends.redis.keys import ConversationKeys
 from app.gateway import Gateway
 from app.streams import follow as follow_module
 from app.streams import sse
@@ -40,8 +45,16 @@ def memory_of(backend: Backend) -> MemoryBackend:
 
 
 def parked_with_sink(backend: Backend, ref: ConversationRef) -> bool:
-    notifier = memory_of(backend)._notifiers.get(ref)
-    return notifier is not None and any(s is not None for s in notifier.waiters.values())
+    """A read of ``ref`` waits with a sink (memory: its notifier; Redis: its log reader)."""
+    while hasattr(backend, "_inner"):
+        backend = backend._inner
+    if isinstance(backend, RedisBackend):
+        reader = backend.reads._i.hub.readers.get(backend.reads._i.keys(ref).tag)
+        waits = {} if reader is None else reader._waiters
+    else:
+        notifier = memory_of(backend)._notifiers.get(ref)
+        waits = {} if notifier is None else notifier.waiters
+    return any(s is not None for s in waits.values())
 
 
 # --- the memory backend's read sinks -------------------------------------------------------
@@ -254,10 +267,10 @@ REF_C1 = ConversationRef("anonymous", "c1")
 
 
 async def test_a_subscriber_at_the_head_gets_pushed_frames_exactly_once(
-    start_gateway: StartGateway, backend_kind: str, monkeypatch: pytest.MonkeyPatch
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the memory backend the deltas after each gate are pushed; on Redis (no sinks) the
-    subscriber is woken as before: either way every event arrives once, in order."""
+    """The delta after each gate is pushed (memory: by the append; Redis: by the run writer's
+    feed of the instance's log reader), and every event arrives once, in order."""
     provider = ScriptedProvider()
     gw = await start_gateway(make_settings(), providers={"demo": provider})
     pushes = 0
@@ -290,14 +303,58 @@ async def test_a_subscriber_at_the_head_gets_pushed_frames_exactly_once(
         await start_run(client, "c1", "text:1 gate:a text:1 gate:b text:1")
         for count, gate in ((1, "a"), (2, "b")):
             await eventually(lambda n=count: deltas_seen == n)  # type: ignore[misc]
-            if backend_kind == "memory":
-                await eventually(lambda: parked_with_sink(gw.gateway.backend, REF_C1))
+            await eventually(lambda: parked_with_sink(gw.gateway.backend, REF_C1))
             provider.gates[gate].set()
         frames = await asyncio.wait_for(reader, 10)
     events = events_of(frames)
     assert [e["sequence"] for e in events] == list(range(len(events)))
     deltas = [e["payload"]["delta"] for e in events if e["type"] == "message.delta"]
     assert deltas == ["w0 "] * 3
-    assert pushes >= 2 if backend_kind == "memory" else pushes == 0
+    assert pushes >= 2
     ids = [f.id for f in frames]
     assert len(ids) == len(set(ids))
+
+
+# --- Redis: the instance's log reader offers what its run writer feeds ---------------------
+
+
+class Made:
+    """A LogEntry stand-in: what a read makes of a window entry (its cursor)."""
+
+    def __init__(self, entry: Entry) -> None:
+        self.cursor = f"inc-{entry.id}"
+
+
+def fed(ids: list[str]) -> list[Entry]:
+    return [Entry(i, "event", b"{}", "message.delta", "r1") for i in ids]
+
+
+async def test_the_log_reader_offers_a_feed_to_reads_waiting_at_its_head() -> None:
+    reader = LogReader(Redis(), EventLog(Redis(), 100), ConversationKeys.for_conversation("p", "c"))
+    reader.feed("0-0", fed(["1-0"]))
+    taken: list[list[str]] = []
+    refuse = False
+
+    def sink(entries: list[LogEntry]) -> bool:
+        if refuse:
+            return False
+        taken.append([e.cursor for e in entries])
+        return True
+
+    at_head = SinkWait(reader.last_pos, sink, "inc", Made)
+    behind = SinkWait((0, 0), sink, "inc", Made)  # not right before what comes next
+    waiting = [
+        asyncio.create_task(reader.wait(reader.version, 30, sinking))
+        for sinking in (at_head, behind)
+    ]
+    await eventually(lambda: len(reader._waiters) == 2)
+    reader.feed("1-0", fed(["2-0", "3-0"]))
+    await eventually(lambda: waiting[1].done())  # woken: it reads the window itself
+    assert taken == [["inc-2-0", "inc-3-0"]] and not waiting[0].done()
+    assert at_head.cursor == "inc-3-0" and at_head.pos == (3, 0)
+    reader.feed("2-0", fed(["3-0", "4-0"]))  # 3-0 fed again (a retry): only 4-0 is new
+    assert taken[-1] == ["inc-4-0"] and not waiting[0].done()
+    refuse = True
+    reader.feed("4-0", fed(["5-0"]))
+    await asyncio.wait_for(waiting[0], 5)  # refused: woken
+    assert at_head.cursor == "inc-4-0"  # the read goes on after what was taken

@@ -220,8 +220,7 @@ class RedisBackend(Backend):
         wait: float,
         sink: ReadSink | None = None,
     ) -> ReadResult:
-        # ``sink`` is not used: appends go through Redis, the readers are woken.
-        return await self.reads.read(ref, after, limit=limit, wait=wait)
+        return await self.reads.read(ref, after, limit=limit, wait=wait, sink=sink)
 
     def wake_readers(self) -> None:
         self.reads.wake_readers()

@@ -31,6 +31,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.backends.redis.eventlog import Entry, EventLog, entries_from_reply, parse_id
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.tasks import stop_task
+from app.backends.sinks import offer
+from app.backends.types import ReadSink
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,23 @@ T = TypeVar("T")
 READ_COUNT = 500
 #: Entries per catch-up read (``XRANGE``) for subscribers behind the window.
 CATCH_UP_COUNT = 1000
+
+
+class SinkWait:
+    """A waiting read's sink (``EventReader.read``): offered the window's entries pushed
+    right after ``pos``, made as the read would make them (``tag``, ``make``); ``cursor`` is
+    the cursor of the last entry it took (None: none yet)."""
+
+    __slots__ = ("cursor", "make", "pos", "sink", "tag")
+
+    def __init__(
+        self, pos: tuple[int, int], sink: ReadSink, tag: object, make: Callable[[Entry], Any]
+    ) -> None:
+        self.pos = pos
+        self.sink = sink
+        self.tag = tag
+        self.make = make
+        self.cursor: str | None = None
 
 
 class LogReader:
@@ -104,8 +123,8 @@ class LogReader:
         #: Counts notifications (new entries, reset, wake): a read that saw ``version`` before
         #: it looked at the window and finds nothing waits only while it is unchanged.
         self.version = 0
-        #: The waiting reads (:meth:`wait`), each on a future of its own.
-        self._waiters: dict[asyncio.Future[None], None] = {}
+        #: The waiting reads (:meth:`wait`), each on a future of its own, with its sink.
+        self._waiters: dict[asyncio.Future[None], SinkWait | None] = {}
         #: ``loop.time()`` when ``refs`` last dropped to 0 (the hub stops it a linger later).
         self.idle_since = 0.0
         self._ready = asyncio.Event()
@@ -177,17 +196,39 @@ class LogReader:
         self._generation += 1
         self._base = base
 
-    def _notify(self) -> None:
+    def _notify(self, kept: dict[asyncio.Future[None], SinkWait | None] | None = None) -> None:
+        """Wake every waiting read but those in ``kept`` (their sinks took the new entries)."""
         self.version += 1
         self._signal.set()
         self._signal = asyncio.Event()
         if self._waiters:
             for waiter in self._waiters:
-                if not waiter.done():
+                if not waiter.done() and (kept is None or waiter not in kept):
                     waiter.set_result(None)
             self._waiters.clear()
+            if kept:
+                self._waiters.update(kept)
 
-    async def wait(self, seen: int, seconds: float) -> None:
+    def _offer(
+        self, after: tuple[int, int], count: int
+    ) -> dict[asyncio.Future[None], SinkWait | None] | None:
+        """Offer the ``count`` entries just pushed after ``after`` to the sinks of the reads
+        waiting right before them; the waits whose sinks took them."""
+        kept: dict[asyncio.Future[None], SinkWait | None] | None = None
+        for waiter, sinking in self._waiters.items():
+            if sinking is None or sinking.pos != after or waiter.done():
+                continue
+            entries = self.window_view(after, count, sinking.tag, sinking.make)
+            if not entries or not offer(sinking.sink, entries):
+                continue
+            sinking.pos = self.last_pos
+            sinking.cursor = entries[-1].cursor
+            if kept is None:
+                kept = {}
+            kept[waiter] = sinking
+        return kept
+
+    async def wait(self, seen: int, seconds: float, sinking: SinkWait | None = None) -> None:
         """Return at the first notification after ``seen`` (a :attr:`version`), at once if
         there was one, or after ``seconds``.
 
@@ -198,7 +239,7 @@ class LogReader:
             return
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters[waiter] = None
+        self._waiters[waiter] = sinking
         timer = loop.call_later(seconds, _expire, waiter)
         try:
             await waiter
@@ -244,7 +285,7 @@ class LogReader:
             del self._entries[:excess]
             del self._ids[:excess]
             del self._made[:excess]  # a prefix of the window: still aligned
-        self._notify()
+        self._notify(self._offer(last, len(batch)) if self._waiters else None)
 
     async def _run(self) -> None:
         backoff = 0.05

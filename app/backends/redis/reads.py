@@ -13,7 +13,7 @@ import asyncio
 from app.backends.redis.cursors import make_cursor, parse_cursor
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import parse_id
-from app.backends.redis.fanout import LogReader
+from app.backends.redis.fanout import LogReader, SinkWait
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.roles import EventReader
@@ -63,10 +63,26 @@ class RedisReads(EventReader):
                     return result
                 # One wait, like the memory backend: new entries, a reset (delete) or
                 # wake_readers() (shutdown) end it, also one since ``seen``; the caller loops.
-                await reader.wait(seen, wait)
+                sinking = None if sink is None else self._sink_wait(reader, after, sink)
+                await reader.wait(seen, wait, sinking)
+                if sinking is not None and sinking.cursor is not None:
+                    after = sinking.cursor  # past what the sink took
                 return await self._read_once(reader, keys, after, limit)
             finally:
                 hub.release(reader)
+
+    def _sink_wait(self, reader: LogReader, after: str, sink: ReadSink) -> SinkWait | None:
+        """A sink for a read at the head of ``reader``'s window (the entries the local writer
+        feeds next follow on from it), else None: that read is woken, as without a sink."""
+        parsed = parse_cursor(after)
+        inc = reader.inc
+        if parsed is None or not reader.inc_known or inc is None or parsed[0] != inc:
+            return None
+        position = parse_id(parsed[1])
+        if position != reader.last_pos:
+            return None
+        log_entry = self._i.log_entry
+        return SinkWait(position, sink, inc, lambda e: log_entry(inc, e))
 
     def wake_readers(self) -> None:
         for reader in list(self._i.hub.readers.values()):
