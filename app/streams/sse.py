@@ -23,6 +23,7 @@ from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.streams.follow import BATCH, Follow, follow_batches
 from app.streams.snapshot import snapshot_sse
+from providers.transports.network import wait_within
 
 __all__ = ["RETRY_MS", "SERVER_SEND_EXTENSION", "TRANSPORT_EXTENSION", "sse_response"]
 
@@ -47,27 +48,7 @@ async def _send_within(send: Awaitable[None], seconds: float | None) -> None:
     A timer per send (cancelled when the send returns, at once unless the transport is paused)
     instead of a cancel scope per send: with hundreds of subscribers every send counts.
     """
-    if seconds is None:
-        await send
-        return
-    task = asyncio.current_task()
-    assert task is not None
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(seconds, expire)
-    try:
-        await send
-    except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
-            raise SendTimeoutError() from None
-        raise
-    finally:
-        timer.cancel()
+    await wait_within(send, seconds, SendTimeoutError)
 
 
 def _flow_of(server_send: Send | None) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import httpcore
 from httpcore import AsyncNetworkBackend, AsyncNetworkStream
 
-__all__ = ["AsyncioBackend", "AsyncioStream"]
+__all__ = ["AsyncioBackend", "AsyncioStream", "wait_within"]
 
 T = TypeVar("T")
 SocketOption = (
@@ -28,11 +28,14 @@ SocketOption = (
 )
 
 
-async def _within(waiting: Awaitable[T], seconds: float | None, timed_out: type[Exception]) -> T:
+async def wait_within(
+    waiting: Awaitable[T], seconds: float | None, timed_out: type[Exception]
+) -> T:
     """``await waiting``, raising ``timed_out`` when it takes longer than ``seconds``.
 
-    The timer cancels the task; a cancellation that the timer did not cause (the run was
-    aborted) passes through unchanged.
+    One ``call_later`` that cancels the task, not a cancel scope: this runs once per upstream
+    read and once per subscriber send. A cancellation that the timer did not cause (the run
+    was aborted, the subscriber left) passes through unchanged.
     """
     if seconds is None:
         return await waiting
@@ -65,7 +68,7 @@ class AsyncioStream(AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         try:
-            return await _within(self._reader.read(max_bytes), timeout, httpcore.ReadTimeout)
+            return await wait_within(self._reader.read(max_bytes), timeout, httpcore.ReadTimeout)
         except OSError as exc:
             raise httpcore.ReadError(exc) from exc
 
@@ -77,7 +80,7 @@ class AsyncioStream(AsyncNetworkStream):
             if writer.transport.is_closing():
                 raise httpcore.WriteError("the connection is closed")
             writer.write(buffer)
-            await _within(writer.drain(), timeout, httpcore.WriteTimeout)
+            await wait_within(writer.drain(), timeout, httpcore.WriteTimeout)
         except OSError as exc:
             raise httpcore.WriteError(exc) from exc
 
@@ -91,7 +94,7 @@ class AsyncioStream(AsyncNetworkStream):
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
     ) -> AsyncNetworkStream:
         try:
-            await _within(
+            await wait_within(
                 self._writer.start_tls(ssl_context, server_hostname=server_hostname),
                 timeout,
                 httpcore.ConnectTimeout,
@@ -154,7 +157,7 @@ class AsyncioBackend(AsyncNetworkBackend):
     ) -> AsyncNetworkStream:
         local = None if local_address is None else (local_address, 0)
         try:
-            reader, writer = await _within(
+            reader, writer = await wait_within(
                 asyncio.open_connection(host, port, local_addr=local),
                 timeout,
                 httpcore.ConnectTimeout,
@@ -171,7 +174,7 @@ class AsyncioBackend(AsyncNetworkBackend):
         socket_options: Iterable[SocketOption] | None = None,
     ) -> AsyncNetworkStream:
         try:
-            reader, writer = await _within(
+            reader, writer = await wait_within(
                 asyncio.open_unix_connection(path), timeout, httpcore.ConnectTimeout
             )
         except OSError as exc:

@@ -15,7 +15,7 @@ import httpcore
 import httpx
 import pytest
 
-from providers.transports.network import AsyncioBackend, _within
+from providers.transports.network import AsyncioBackend, wait_within
 from providers.transports.pool import pooled_transport
 from tests.support import eventually
 
@@ -131,9 +131,9 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
 
 async def test_the_timer_raises_the_given_error_and_lets_other_cancellations_through() -> None:
     with pytest.raises(httpcore.ConnectTimeout):
-        await asyncio.wait_for(_within(asyncio.sleep(30), 0.05, httpcore.ConnectTimeout), 5)
-    assert await _within(asyncio.sleep(0, "done"), 5, httpcore.ReadTimeout) == "done"
-    waiting = asyncio.create_task(_within(asyncio.sleep(30), 10, httpcore.ReadTimeout))
+        await asyncio.wait_for(wait_within(asyncio.sleep(30), 0.05, httpcore.ConnectTimeout), 5)
+    assert await wait_within(asyncio.sleep(0, "done"), 5, httpcore.ReadTimeout) == "done"
+    waiting = asyncio.create_task(wait_within(asyncio.sleep(30), 10, httpcore.ReadTimeout))
     await asyncio.sleep(0)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
