@@ -67,7 +67,7 @@ class _Pusher:
     for writing), so it returns without suspending: driven by one ``send(None)``.
 
     Only a batch that is one send (one frame, or frames joined under ``COALESCE_BYTES``), and
-    only once the response has sent its first body frame (headers, ``retry:``, snapshot).
+    only once the response has sent its first frame (``retry:``, the snapshot if any).
     """
 
     __slots__ = ("flow", "ready", "server_send")
@@ -137,14 +137,13 @@ class _GatewayEventSource(EventSourceResponse):
             await server_send(message)
         else:
             await _send_within(server_send(message), self.send_timeout)
-        pusher = self.pusher
-        if pusher is not None and not pusher.ready:
-            pusher.server_send, pusher.flow, pusher.ready = server_send, flow, True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self._server_send = scope.get("extensions", {}).get(SERVER_SEND_EXTENSION)
             self._flow = _flow_of(self._server_send)
+            if self.pusher is not None:
+                self.pusher.server_send, self.pusher.flow = self._server_send, self._flow
         try:
             with self.gateway.metrics.track_subscriber("sse"):
                 await super().__call__(scope, receive, send)
@@ -318,11 +317,15 @@ async def _frames(
             async for piece in _snapshot_frames(gateway, ref, item, with_retry):
                 yield piece
             del item
-            continue
-        for frame in _sends(item):
-            if retry is not None:
-                frame, retry = retry + frame, None
-            yield frame
+        else:
+            for frame in _sends(item):
+                if retry is not None:
+                    frame, retry = retry + frame, None
+                yield frame
+        if pusher is not None and not pusher.ready:
+            # Resumed after the last yield: every frame so far was sent, the first with its
+            # ``retry:`` (a heartbeat may have gone before it: it does not count).
+            pusher.ready = True
 
 
 async def sse_response(

@@ -260,6 +260,27 @@ async def test_a_send_that_would_wait_is_not_pushed_and_writes_nothing() -> None
     assert cycle.sent == [] and started[0].cr_frame is None  # closed, not left pending
 
 
+async def test_the_pusher_is_ready_only_after_the_first_frame_with_its_retry_was_sent() -> None:
+    """A heartbeat sent first does not count: the first frame must carry ``retry:``."""
+    gateway = Gateway(make_settings())
+    await gateway.start()
+    await gateway.backend.create_conversation(REF, meta())
+    entries = [await gateway.backend.append_event(REF, e) for e in run_events("r1", 2)]
+    pusher = sse._Pusher()
+    cycle = Cycle()
+    response = sse._GatewayEventSource(iter(()), send_timeout=5)
+    response._server_send, response._flow, response.pusher = cycle.send, cycle.flow, pusher
+    ping: Message = {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
+    await response._send_with_timeout(cycle.send, ping)
+    assert not pusher.ready
+    frames = sse._frames(gateway, REF, Follow(since=entries[0].cursor, until_idle=True), pusher)
+    first = await frames.__anext__()
+    assert first.startswith(b"retry: ") and not pusher.ready  # yielded, not yet sent
+    assert [f async for f in frames] == []  # resumed once it was sent: the rest, then the end
+    assert pusher.ready
+    await gateway.close()
+
+
 # --- a real stream over uvicorn ------------------------------------------------------------
 
 
