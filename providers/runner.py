@@ -123,19 +123,20 @@ async def run_agent_provider(
 
     take = getattr(ctx, "take_extensions", None) if options.on_extension is not None else None
 
-    async def extensions() -> None:
-        """Hand over the extension values queued so far (after the events before them)."""
-        if take is None or options.on_extension is None:
-            return
-        values = take()
-        if not values:
-            return
+    async def hand_extensions(values: list[tuple[str, Any]]) -> None:
+        """Hand over extension values ``take`` gave (after the events before them)."""
+        assert options.on_extension is not None
         await hand_over()
         for key, value in values:
             try:
                 await options.on_extension(key, value)
             except Exception as error:
                 raise _ConsumerError(error) from error
+
+    async def extensions() -> None:
+        """Hand over the extension values queued so far (after the events before them)."""
+        if take is not None and (values := take()):
+            await hand_extensions(values)
 
     async def emit_all(events: Iterable[AgentEvent]) -> None:
         try:
@@ -162,8 +163,10 @@ async def run_agent_provider(
                     async for batch in batches:
                         for chunk in batch:
                             collect(provider.transform_chunk(chunk, ctx))
-                            if take is not None:
-                                await extensions()
+                            # take() inline: a coroutine per chunk for nothing queued (nearly
+                            # always) was ~0.3 µs per event at 16 events per read.
+                            if take is not None and (values := take()):
+                                await hand_extensions(values)
                             if signal.aborted:
                                 raise AbortError.from_signal(signal)
                         await hand_over()

@@ -178,3 +178,36 @@ async def test_a_connection_holding_a_stray_reply_is_not_lent(
     async with lean.pipeline(transaction=False) as pipe:
         pipe.get(key)
         assert await pipe.execute() == [b"value"]
+
+
+async def test_new_connections_do_not_read_the_package_metadata_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every connection still names the library and its version (``CLIENT SETINFO``), from
+    one lookup per process, not one per connection."""
+    import redis.utils
+
+    real = redis.utils.get_lib_version()
+    lookups = 0
+
+    def counting() -> str:
+        nonlocal lookups
+        lookups += 1
+        return real
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", counting)
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        # Held at once, so the pool opens three connections.
+        conns = [await client.connection_pool.get_connection() for _ in range(3)]
+        try:
+            for conn in conns:
+                await conn.connect()
+                assert conn.driver_info is not None
+                assert conn.driver_info.lib_version == real
+        finally:
+            for conn in conns:
+                await client.connection_pool.release(conn)
+    finally:
+        await client.aclose()
+    assert lookups <= 1  # 1 when no client was made before in this process

@@ -2,8 +2,9 @@
 
 :class:`FencedWriter` retries an append that failed because Redis was unreachable, in order,
 without writing a batch twice when an attempt landed but its reply was lost; past the lease
-deadline it gives up (``Fenced``) for good. :class:`LeaseKeeper` tolerates failed renewals
-until the deadline, then reports the lease lost without renewing it.
+deadline it gives up (``Fenced``) for good. A batch is written by the caller that opened it;
+cancelling that caller neither loses nor strands what joined the batch. :class:`LeaseKeeper`
+tolerates failed renewals until the deadline, then reports the lease lost without renewing it.
 """
 
 from __future__ import annotations
@@ -148,6 +149,51 @@ async def test_appends_behind_one_in_flight_go_in_one_write_after_it_even_if_it_
     # The writer goes on: a lone append later is one write of its own.
     assert await writer.append([_item(3)]) == [f"{len(log.entries)}-0"]
     assert log.sent[-1] == [_item(3).data]
+
+
+async def test_a_leader_cancelled_before_its_write_hands_its_batch_on() -> None:
+    """The caller that opened a batch writes it in its own task; cancelled while it waits
+    behind the batch in flight, the batch (with what joined it) is still written, once."""
+    log = GatedLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    first = asyncio.create_task(writer.append([_item(0)]))
+    await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    leader = asyncio.create_task(writer.append([_item(1)]))
+    joiner = asyncio.create_task(writer.append([_item(2)]))
+
+    def joined() -> bool:  # the leader's batch, not sent yet, holds the joiner's item too
+        queued = writer._queue
+        return queued is not None and len(queued.items) == 2
+
+    await eventually(joined, what="the joiner in the leader's batch")
+    assert len(log.sent) == 1
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    log.gate.set()
+    assert await asyncio.wait_for(first, 5) == ["1-0"]
+    assert await asyncio.wait_for(joiner, 5) == ["3-0"]
+    assert log.sent == [[_item(0).data], [_item(1).data, _item(2).data]]
+    assert [d for _, _, d in log.entries] == [_item(n).data for n in range(3)]
+
+
+async def test_a_leader_cancelled_mid_write_fails_its_joiners_instead_of_hanging() -> None:
+    """Cut off mid-write, the batch may or may not have landed: what joined it is told so
+    with a connection error (its run then reloads its state), never left waiting."""
+    log = GatedLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    leader = asyncio.create_task(writer.append([_item(0)]))
+    joiner = asyncio.create_task(writer.append([_item(1)]))  # joins during the leader's turn
+    await eventually(lambda: len(log.sent) == 1, what="the batch in flight")
+    assert log.sent == [[_item(0).data, _item(1).data]]
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(joiner, 5)
+    log.gate.set()
+    # The writer goes on with the next append.
+    assert await asyncio.wait_for(writer.append([_item(2)]), 5) == [f"{len(log.entries)}-0"]
 
 
 class FlakyOwnership:

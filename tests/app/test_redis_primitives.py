@@ -4,6 +4,7 @@ abort/commands, and the per-instance log reader fan-out."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -22,6 +23,7 @@ from app.backends.redis.eventlog import (
     FencedWriter,
     Pending,
     SnapshotWrite,
+    new_nonce,
     parse_id,
 )
 from app.backends.redis.fanout import GAP, ReaderHub
@@ -468,3 +470,22 @@ async def test_a_reader_used_again_within_its_linger_stops_a_linger_after_its_la
         assert fires[-1][0] >= last_release + 0.3 - 0.002
     finally:
         await hub.close()
+
+
+def test_batch_nonces_are_unique_and_a_forked_process_draws_its_own() -> None:
+    """The append script drops a batch whose nonce is the newest entry's: nonces never repeat,
+    not across forked workers either."""
+    nonces = {new_nonce() for _ in range(10_000)}
+    assert len(nonces) == 10_000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, new_nonce().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    mine = new_nonce()
+    assert child and child != mine
+    assert child[:16] != mine[:16]  # another prefix, not only another count
