@@ -106,6 +106,58 @@ def test_upkeep_of_a_large_idle_pool_is_linear() -> None:
     assert expiry_checks == 0
 
 
+def test_between_sweeps_the_pool_is_not_walked_and_a_closed_connection_is_not_handed_out(
+    monkeypatch: Any,
+) -> None:
+    import providers.transports.pool as pool_module
+
+    now = [1000.0]
+    monkeypatch.setattr(pool_module.time, "monotonic", lambda: now[0])
+    n = 300
+    pool = _pool(LinearConnectionPool, ["idle"] * n, keep=n)
+    pool._next_sweep = 0.0
+    assert pool._assign_requests_to_connections() == []  # the sweep
+    walked = 0
+
+    def counting_is_closed(connection: FakeConnection) -> bool:
+        nonlocal walked
+        walked += 1
+        return connection.state == "closed"
+
+    monkeypatch.setattr(FakeConnection, "is_closed", counting_is_closed)
+    first = pool._connections[0]
+    first.state = "closed"
+    request = FakeRequest()
+    pool._requests = [request]
+    assert pool._assign_requests_to_connections() == []
+    assert request.connection is pool._connections[1]  # the closed one is never handed out
+    for _ in range(100):  # request starts and ends of a burst
+        pool._assign_requests_to_connections()
+    assert walked == 0
+    assert first in pool._connections  # dropped by the next sweep
+    now[0] += pool_module.SWEEP_SECONDS
+    pool._assign_requests_to_connections()
+    assert first not in pool._connections and len(pool._connections) == n - 1
+
+
+def test_a_full_pool_drops_its_closed_connections_at_once_to_make_room() -> None:
+    pool: Any = LinearConnectionPool(max_connections=3, max_keepalive_connections=3)
+    pool._connections = [FakeConnection(state) for state in ("busy", "closed", "busy")]
+    pool._next_sweep = float("inf")  # no sweep due
+    made: list[Any] = []
+
+    def create_connection(origin: Any) -> Any:
+        made.append(FakeConnection("busy"))
+        return made[-1]
+
+    pool.create_connection = create_connection
+    request = FakeRequest()
+    pool._requests = [request]
+    pool._assign_requests_to_connections()
+    assert request.connection is made[0]
+    assert [c.state for c in pool._connections] == ["busy", "busy", "busy"]
+
+
 async def test_the_transport_runs_on_the_linear_pool_and_reuses_connections() -> None:
     transport = SSETransport(max_connections=8)
     client = transport._get_client()
