@@ -17,7 +17,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.backends.redis.claims import Token
-from app.backends.redis.eventlog import KIND_EVENT, Fenced, FencedWriter, Pending
+from app.backends.redis.eventlog import KIND_EVENT, Fenced, FencedWriter, Pending, SnapshotWrite
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from tests.support import eventually
@@ -174,6 +174,27 @@ async def test_a_leader_cancelled_before_its_write_hands_its_batch_on() -> None:
     assert await asyncio.wait_for(first, 5) == ["1-0"]
     assert await asyncio.wait_for(joiner, 5) == ["3-0"]
     assert log.sent == [[_item(0).data], [_item(1).data, _item(2).data]]
+    assert [d for _, _, d in log.entries] == [_item(n).data for n in range(3)]
+
+
+async def test_a_handed_on_batch_keeps_its_place_before_the_batches_after_it() -> None:
+    """A batch opened with a snapshot takes no joiners, so the next append opens a batch of its
+    own that waits behind it; its leader cancelled, the batch is still written first."""
+    log = GatedLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    first = asyncio.create_task(writer.append([_item(0)]))
+    await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    snap = SnapshotWrite(b"{}", b"{}")
+    leader = asyncio.create_task(writer.append([_item(1)], snapshot=snap))
+    after = asyncio.create_task(writer.append([_item(2)]))
+    await eventually(lambda: writer._queue is not None, what="the batch after it opened")
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    log.gate.set()
+    assert await asyncio.wait_for(after, 5) == ["3-0"]
+    assert await asyncio.wait_for(first, 5) == ["1-0"]
+    assert log.sent == [[_item(0).data], [_item(1).data], [_item(2).data]]
     assert [d for _, _, d in log.entries] == [_item(n).data for n in range(3)]
 
 

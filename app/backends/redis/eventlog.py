@@ -231,6 +231,14 @@ class EventLog:
         return entries_from_reply(res)[0].id if res else ZERO_ID
 
 
+async def _settled(outcome: asyncio.Future[list[str]]) -> None:
+    """Wait until ``outcome`` is set, whatever it is (a failure is its batch's callers')."""
+    try:
+        await asyncio.shield(outcome)
+    except Exception:
+        pass
+
+
 class FencedWriter:
     """Coalesces concurrent appends of one owner into one script call per round trip.
 
@@ -254,7 +262,8 @@ class FencedWriter:
         self._deadline = deadline
         self._given_up = False
         self._queue: _Batch | None = None
-        self._lock = asyncio.Lock()
+        #: The newest batch's outcome: the next batch is written once it is settled.
+        self._last: asyncio.Future[list[str]] | None = None
         self._flushes: set[asyncio.Future[None]] = set()
 
     async def append(
@@ -286,21 +295,23 @@ class FencedWriter:
         """Write a new batch in the caller's task (no flush task: ~5 µs less per append,
         bench/redis_appends_bench.py) after one loop turn, which lets a fast stream's next
         events join it (written at once, a 4,000-event answer took ~1,500 script calls, not
-        under 1,000: test_redis_costs), and after the batch in flight."""
+        under 1,000: test_redis_costs), and after the batch before it is settled."""
         done: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         batch = _Batch(list(items), release, snapshot, done)
+        before, self._last = self._last, done  # batches are written in the order they opened
         if snapshot is None and not release:
             self._queue = batch
         writing = False
         try:
             await asyncio.sleep(0)
-            async with self._lock:  # one in flight; the next batch accumulates meanwhile
-                if self._queue is batch:
-                    self._queue = None
-                writing = True
-                ids = await self._write(batch)
+            if before is not None and not before.done():
+                await _settled(before)
+            if self._queue is batch:
+                self._queue = None
+            writing = True
+            ids = await self._write(batch)
         except asyncio.CancelledError:
-            self._hand_off(batch, writing)
+            self._hand_off(batch, before, writing)
             raise
         except Exception as exc:
             done.set_exception(exc)
@@ -309,10 +320,13 @@ class FencedWriter:
         done.set_result(ids)
         return ids
 
-    def _hand_off(self, batch: _Batch, writing: bool) -> None:
-        """The leader was cancelled: a batch not sent yet is written by a task of its own (its
-        joiners still get their ids); one cut off mid-write may or may not have landed, which
-        its joiners are told as a connection error (their run reloads its state)."""
+    def _hand_off(
+        self, batch: _Batch, before: asyncio.Future[list[str]] | None, writing: bool
+    ) -> None:
+        """The leader was cancelled: a batch not sent yet is written by a task of its own, in
+        its place (its joiners still get their ids; the batches after it still wait for it);
+        one cut off mid-write may or may not have landed, which its joiners are told as a
+        connection error (their run reloads its state)."""
         if self._queue is batch:
             self._queue = None
         assert batch.done is not None
@@ -320,20 +334,21 @@ class FencedWriter:
             batch.done.set_exception(RedisConnectionError("the append's writer was cancelled"))
             batch.done.exception()
             return
-        task = asyncio.get_running_loop().create_task(self._flush(batch))
+        task = asyncio.get_running_loop().create_task(self._flush(batch, before))
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def _flush(self, batch: _Batch) -> None:
-        async with self._lock:
-            assert batch.done is not None
-            try:
-                ids = await self._write(batch)
-            except Exception as exc:
-                batch.done.set_exception(exc)
-                batch.done.exception()
-                return
-            batch.done.set_result(ids)
+    async def _flush(self, batch: _Batch, before: asyncio.Future[list[str]] | None) -> None:
+        assert batch.done is not None
+        try:
+            if before is not None:
+                await _settled(before)
+            ids = await self._write(batch)
+        except Exception as exc:
+            batch.done.set_exception(exc)
+            batch.done.exception()
+            return
+        batch.done.set_result(ids)
 
     async def _write(self, batch: _Batch) -> list[str]:
         if self._given_up:
