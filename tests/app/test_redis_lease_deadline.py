@@ -129,13 +129,19 @@ class GatedLog(FlakyLog):
         return await super().append(keys, token, items, **kw)
 
 
-async def test_appends_behind_one_in_flight_go_in_one_write_after_it_even_if_it_is_cancelled() -> (
-    None
-):
+async def _one_in_flight() -> tuple[GatedLog, FencedWriter, asyncio.Task[list[str]]]:
+    """A writer on a gated log whose first append (item 0) is in flight, held at the gate."""
     log = GatedLog()
     writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
     first = asyncio.create_task(writer.append([_item(0)]))
     await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    return log, writer, first
+
+
+async def test_appends_behind_one_in_flight_go_in_one_write_after_it_even_if_it_is_cancelled() -> (
+    None
+):
+    log, writer, first = await _one_in_flight()
     behind = [asyncio.create_task(writer.append([_item(n)])) for n in (1, 2)]
     await eventually(lambda: all(not t.done() for t in behind) and len(log.sent) == 1)
     first.cancel()  # its caller gives up: the appends behind it are not held up
@@ -154,10 +160,7 @@ async def test_appends_behind_one_in_flight_go_in_one_write_after_it_even_if_it_
 async def test_a_leader_cancelled_before_its_write_hands_its_batch_on() -> None:
     """The caller that opened a batch writes it in its own task; cancelled while it waits
     behind the batch in flight, the batch (with what joined it) is still written, once."""
-    log = GatedLog()
-    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
-    first = asyncio.create_task(writer.append([_item(0)]))
-    await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    log, writer, first = await _one_in_flight()
     leader = asyncio.create_task(writer.append([_item(1)]))
     joiner = asyncio.create_task(writer.append([_item(2)]))
 
@@ -180,10 +183,7 @@ async def test_a_leader_cancelled_before_its_write_hands_its_batch_on() -> None:
 async def test_a_handed_on_batch_keeps_its_place_before_the_batches_after_it() -> None:
     """A batch opened with a snapshot takes no joiners, so the next append opens a batch of its
     own that waits behind it; its leader cancelled, the batch is still written first."""
-    log = GatedLog()
-    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
-    first = asyncio.create_task(writer.append([_item(0)]))
-    await eventually(lambda: len(log.sent) == 1, what="the first append in flight")
+    log, writer, first = await _one_in_flight()
     snap = SnapshotWrite(b"{}", b"{}")
     leader = asyncio.create_task(writer.append([_item(1)], snapshot=snap))
     after = asyncio.create_task(writer.append([_item(2)]))

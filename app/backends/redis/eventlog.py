@@ -15,6 +15,7 @@ reply or error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -117,6 +118,8 @@ class _Batch:
     release: bool = False
     snapshot: SnapshotWrite | None = None
     done: asyncio.Future[list[str]] | None = None
+    #: Its write began: from then on it may have landed, and can no longer be handed on.
+    sent: bool = False
 
 
 def entries_from_reply(reply: Sequence[Any]) -> list[Entry]:
@@ -301,28 +304,33 @@ class FencedWriter:
         before, self._last = self._last, done  # batches are written in the order they opened
         if snapshot is None and not release:
             self._queue = batch
-        writing = False
         try:
             await asyncio.sleep(0)
-            if before is not None and not before.done():
-                await _settled(before)
-            if self._queue is batch:
-                self._queue = None
-            writing = True
-            ids = await self._write(batch)
+            return await self._write_in_turn(batch, before)
         except asyncio.CancelledError:
-            self._hand_off(batch, before, writing)
+            self._hand_off(batch, before)
             raise
+
+    async def _write_in_turn(
+        self, batch: _Batch, before: asyncio.Future[list[str]] | None
+    ) -> list[str]:
+        """Write ``batch`` once the batch before it is settled; its outcome is its joiners'."""
+        assert batch.done is not None
+        if before is not None and not before.done():
+            await _settled(before)
+        if self._queue is batch:
+            self._queue = None
+        batch.sent = True
+        try:
+            ids = await self._write(batch)
         except Exception as exc:
-            done.set_exception(exc)
-            done.exception()  # the joiners (if any) get it too; retrieved here for the loop
+            batch.done.set_exception(exc)
+            batch.done.exception()  # retrieved here for the loop; the joiners get it too
             raise
-        done.set_result(ids)
+        batch.done.set_result(ids)
         return ids
 
-    def _hand_off(
-        self, batch: _Batch, before: asyncio.Future[list[str]] | None, writing: bool
-    ) -> None:
+    def _hand_off(self, batch: _Batch, before: asyncio.Future[list[str]] | None) -> None:
         """The leader was cancelled: a batch not sent yet is written by a task of its own, in
         its place (its joiners still get their ids; the batches after it still wait for it);
         one cut off mid-write may or may not have landed, which its joiners are told as a
@@ -330,7 +338,7 @@ class FencedWriter:
         if self._queue is batch:
             self._queue = None
         assert batch.done is not None
-        if writing:
+        if batch.sent:
             batch.done.set_exception(RedisConnectionError("the append's writer was cancelled"))
             batch.done.exception()
             return
@@ -339,16 +347,8 @@ class FencedWriter:
         task.add_done_callback(self._flushes.discard)
 
     async def _flush(self, batch: _Batch, before: asyncio.Future[list[str]] | None) -> None:
-        assert batch.done is not None
-        try:
-            if before is not None:
-                await _settled(before)
-            ids = await self._write(batch)
-        except Exception as exc:
-            batch.done.set_exception(exc)
-            batch.done.exception()
-            return
-        batch.done.set_result(ids)
+        with contextlib.suppress(Exception):  # the outcome is in ``batch.done``, for its joiners
+            await self._write_in_turn(batch, before)
 
     async def _write(self, batch: _Batch) -> list[str]:
         if self._given_up:
