@@ -92,8 +92,12 @@ def summarize(folded: Path, top: int) -> None:
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in folded.read_text().splitlines():
+    # Split on "\n" only: py-spy can sample a frame mid-update and record a name holding "\r"
+    # or NUL, which splitlines() would break into a line with no count.
+    for line in folded.read_text(errors="replace").split("\n"):
         stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
         count = int(count_text)
         frames = stack.split(";")
         total += count

@@ -145,7 +145,6 @@ class Engine:
     __slots__ = (
         "_dirty",
         "_flat_version",
-        "_handlers",
         "_snap",
         "_snap_flat",
         "_snap_maps",
@@ -165,20 +164,6 @@ class Engine:
     def __init__(self, state: Mapping[str, Any] | None = None, *, strict: bool = False) -> None:
         self.strict = strict
         self.journal: list[tuple[Any, ...]] | None = None
-        self._handlers: dict[str, Callable[[Mapping[str, Any], str, str, Token, Any], int]] = {}
-        for etype in EVENT_ENTITY_KIND:
-            if etype in START_TYPES:
-                self._handlers[etype] = self._on_start
-            elif etype == "message.delta":
-                self._handlers[etype] = self._on_message_delta
-            elif etype in ("reasoning.delta", "tool.arguments_delta"):
-                self._handlers[etype] = self._on_text_delta
-            else:
-                self._handlers[etype] = self._on_follow_up
-        self._handlers["session.started"] = self._on_session_started
-        self._handlers["run.started"] = self._on_run_started
-        for etype in _RUN_TERMINAL_FIELD:
-            self._handlers[etype] = self._on_run_terminal
         self.load(state)
 
     # --- loading and reading ------------------------------------------------------------------
@@ -369,7 +354,7 @@ class Engine:
                     "invalid_transition",
                     msgs.msg_run_not_running(run_id, run["status"]),
                 )
-        return self._handlers[etype](event, etype, prefix, ekey, run)
+        return _HANDLERS[etype](self, event, etype, prefix, ekey, run)
 
     def _reject(self, event: Mapping[str, Any], ekey: Token, code: IssueCode, message: str) -> int:
         issue = make_issue(code, event["eventId"], event["runId"], message)
@@ -646,3 +631,34 @@ class Engine:
             self._streams.clear()  # the cached Text is no longer the content
         self._touch(map_name, key, record, event["timestamp"])
         return self._accept(ekey, event["runId"], event["sequence"])
+
+
+_Handler = Callable[[Engine, Mapping[str, Any], str, str, Token, Any], int]
+
+
+def _handler_table() -> dict[str, _Handler]:
+    """Event type -> Engine method, as plain functions shared by every Engine.
+
+    One table for the class, not bound methods per instance: those made each Engine a
+    reference cycle (30 bound methods pointing back at it), so a store that went away stayed
+    for the collector, and every retained conversation kept 30 more objects for each full
+    collection to walk.
+    """
+    table: dict[str, _Handler] = {}
+    for etype in EVENT_ENTITY_KIND:
+        if etype in START_TYPES:
+            table[etype] = Engine._on_start
+        elif etype == "message.delta":
+            table[etype] = Engine._on_message_delta
+        elif etype in ("reasoning.delta", "tool.arguments_delta"):
+            table[etype] = Engine._on_text_delta
+        else:
+            table[etype] = Engine._on_follow_up
+    table["session.started"] = Engine._on_session_started
+    table["run.started"] = Engine._on_run_started
+    for etype in _RUN_TERMINAL_FIELD:
+        table[etype] = Engine._on_run_terminal
+    return table
+
+
+_HANDLERS: Final = _handler_table()

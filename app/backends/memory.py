@@ -23,6 +23,7 @@ from app.backends.types import (
     AcceptedAnswer,
     ConversationMeta,
     ConversationRef,
+    FrozenEntry,
     IdempotencyRecord,
     LogEntry,
     LogItem,
@@ -116,6 +117,7 @@ class _Sinking:
 
 class _Conversation:
     __slots__ = (
+        "cold",
         "cursor_prefix",
         "extensions",
         "first_seq",
@@ -133,8 +135,13 @@ class _Conversation:
         #: ``cursor(seq)`` is ``cursor_prefix`` + the seq, as bytes (the frames' ``id:``).
         self.cursor_prefix = f"{self.incarnation}-".encode()
         self.store = AgentStore(mode="record")
+        #: The log is ``cold`` then ``log``: the entries of ended runs, frozen (tuples the
+        #: collector no longer tracks: 157 of a 150-delta conversation's ~190 tracked objects
+        #: were its entries, and a full collection walked every retained conversation's), then
+        #: the entries since, as they were appended (what followers read and are handed).
+        self.cold: deque[FrozenEntry] = deque()
         self.log: deque[LogEntry] = deque()
-        self.first_seq = 1  # seq of log[0] (or of the next entry when the log is empty)
+        self.first_seq = 1  # seq of the log's first entry (or of the next when it is empty)
         self.last_seq = 0
         self.extensions: dict[str, Any] = {}
         self.touched = now
@@ -304,19 +311,38 @@ class MemoryBackend(Backend):
 
     def _log(self, conv: _Conversation, entry: LogEntry) -> None:
         conv.log.append(entry)
-        if len(conv.log) > self._max_len:
-            conv.log.popleft()
-            conv.first_seq += 1
+        if len(conv.log) + len(conv.cold) > self._max_len:
+            self._trim(conv, 1)
 
     def _log_all(self, conv: _Conversation, entries: list[LogEntry]) -> None:
         """``_log`` of each of ``entries``, in one ``extend`` and one trim."""
         log = conv.log
         log.extend(entries)
-        excess = len(log) - self._max_len
+        excess = len(log) + len(conv.cold) - self._max_len
         if excess > 0:
-            conv.first_seq += excess
-            for _ in range(excess):
-                log.popleft()
+            self._trim(conv, excess)
+
+    @staticmethod
+    def _trim(conv: _Conversation, excess: int) -> None:
+        """Drop the ``excess`` oldest entries: the cold ones first."""
+        conv.first_seq += excess
+        cold = conv.cold
+        from_cold = min(excess, len(cold))
+        for _ in range(from_cold):
+            cold.popleft()
+        log = conv.log
+        for _ in range(excess - from_cold):
+            log.popleft()
+
+    @staticmethod
+    def _freeze(conv: _Conversation) -> None:
+        """Move the live entries to the cold log (at a run's end: no follower is handed them
+        any more). One at a time, so each frees its entry's memory for the next tuple."""
+        log = conv.log
+        cold = conv.cold
+        freeze = LogEntry.frozen
+        while log:
+            cold.append(freeze(log.popleft()))
 
     def _require(self, ref: ConversationRef) -> _Conversation:
         conv = self._get(ref)
@@ -411,8 +437,10 @@ class MemoryBackend(Backend):
             return ReadResult("trimmed")
         log = conv.log
         size = len(log)
-        start = seq - conv.first_seq + 1
+        start = seq - conv.first_seq + 1 - len(conv.cold)  # in ``log``; < 0: in ``cold``
         stop = min(size, start + limit)
+        if start < 0:
+            return MemoryBackend._read_cold(conv, start, stop)
         if start >= stop:
             return None
         # A deque indexes in O(distance to its nearer end): slice from that end in C (a
@@ -421,6 +449,17 @@ class MemoryBackend(Backend):
             return ReadResult("ok", list(islice(log, start, stop)))
         entries = list(islice(reversed(log), size - stop, size - start))
         entries.reverse()
+        return ReadResult("ok", entries)
+
+    @staticmethod
+    def _read_cold(conv: _Conversation, start: int, stop: int) -> ReadResult:
+        """``_read_from`` starting in the cold log (``start`` < 0: counted from ``log[0]``):
+        a replay, thawing each cold entry."""
+        cold = conv.cold
+        thaw = LogEntry.thaw
+        entries = [thaw(frozen) for frozen in islice(cold, len(cold) + start, len(cold) + stop)]
+        if stop > 0:
+            entries.extend(islice(conv.log, stop))
         return ReadResult("ok", entries)
 
     async def read(
@@ -500,6 +539,9 @@ class MemoryBackend(Backend):
         control = self._runs.get(ref)
         if control is not None and control.run_id == run_id:
             del self._runs[ref]
+            conv = self._conversations.get(ref)
+            if conv is not None:
+                self._freeze(conv)
             freed = self._slot_waiters.pop(ref, None)
             if freed is not None:
                 freed.set()

@@ -20,6 +20,7 @@ __all__ = [
     "AcceptedAnswer",
     "ConversationMeta",
     "ConversationRef",
+    "FrozenEntry",
     "IdempotencyRecord",
     "LogEntry",
     "LogItem",
@@ -104,6 +105,10 @@ _new_object = object.__new__
 _dumps = orjson.dumps
 
 
+#: ``LogEntry.frozen()``: (sse, data offset, kind, event type, run id).
+FrozenEntry = tuple[bytes, int, Literal["event", "extension"], str | None, str | None]
+
+
 class LogEntry:
     """One log entry: an AgentEvent or an extension value, serialized once.
 
@@ -154,6 +159,19 @@ class LogEntry:
     @classmethod
     def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
         return cls(cursor, "extension", orjson.dumps({"key": key, "value": value}))
+
+    def frozen(self) -> FrozenEntry:
+        """The entry as a tuple of atomic values: the collector stops tracking such a tuple at
+        its first collection, so a retained log costs no full collection any work."""
+        return (self.sse, self._data_at, self.kind, self.event_type, self.run_id)
+
+    @classmethod
+    def thaw(cls, frozen: FrozenEntry) -> LogEntry:
+        """The entry ``frozen()`` gave (its WebSocket frame is built again when asked for)."""
+        entry: LogEntry = _new_object(cls)
+        entry.sse, entry._data_at, entry.kind, entry.event_type, entry.run_id = frozen
+        entry._ws = None
+        return entry
 
     @property
     def cursor(self) -> str:

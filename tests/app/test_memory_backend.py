@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -222,6 +223,90 @@ async def test_append_batch_logs_what_single_appends_log(
         assert [plain(single, e.sse) for e in read_a.entries] == [
             plain(batched, e.sse) for e in read_b.entries
         ]
+
+
+def _seen(entry: LogEntry, incarnation: str) -> tuple[Any, ...]:
+    """What a reader sees of an entry, the incarnation taken out of its cursor."""
+    plain = entry.sse.replace(incarnation.encode() + b"-", b"INC-")
+    cursor = entry.cursor.replace(incarnation + "-", "INC-")
+    ws = entry.ws.replace(incarnation + "-", "INC-")
+    return (plain, cursor, entry.data, ws, entry.kind, entry.event_type, entry.run_id)
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 6), st.lists(st.integers(0, 8), max_size=2)), max_size=4
+    ),
+    log_max=st.integers(1, 12),
+    limit=st.integers(1, 9),
+    last_open=st.booleans(),
+)
+async def test_entries_of_ended_runs_read_back_as_they_were_logged(
+    runs: list[tuple[int, list[int]]], log_max: int, limit: int, last_open: bool
+) -> None:
+    """A run's end moves its entries to the cold log (frozen tuples): every read, from every
+    cursor, across the cold and live parts and after trims, gives what a backend whose runs
+    never ended gives."""
+    live = MemoryBackend(event_log_max_len=log_max)
+    ended = MemoryBackend(event_log_max_len=log_max)
+    ref = ConversationRef("p", "c")
+    for backend in (live, ended):
+        await backend.create_conversation(ref, meta())
+    cursors: dict[MemoryBackend, list[str]] = {live: ["0"], ended: ["0"]}
+    for number, (deltas, extensions) in enumerate(runs):
+        run_id = f"r{number}"
+        items = [LogItem.of_checked_event(e) for e in run_events(run_id, deltas)]
+        for at in sorted(extensions, reverse=True):
+            items.insert(min(at, len(items)), LogItem.of_extension(f"x{at}", {"at": at}))
+        await ended.claim_run(ref, Control(run_id))
+        for backend in (live, ended):
+            cursors[backend] += [e.cursor for e in await backend.append_batch(ref, items)]
+        if not (last_open and number == len(runs) - 1):  # else reads span cold and live
+            await ended.release_run(ref, run_id)
+    conv = ended._conversations[ref]
+    assert len(conv.log) + len(conv.cold) == min(log_max, len(cursors[ended]) - 1)
+    if not last_open:
+        assert not conv.log  # every run ended: all of it is cold
+    incarnations = {b: b._conversations[ref].incarnation for b in (live, ended)}
+    for at_live, at_ended in zip(cursors[live], cursors[ended], strict=True):
+        a = live._read_now(ref, at_live, limit)
+        b = ended._read_now(ref, at_ended, limit)
+        assert a.status == b.status
+        assert [_seen(e, incarnations[live]) for e in a.entries] == [
+            _seen(e, incarnations[ended]) for e in b.entries
+        ]
+
+
+async def test_a_read_spans_the_cold_log_and_the_live_one() -> None:
+    backend = MemoryBackend(event_log_max_len=100)
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    await backend.claim_run(ref, Control("r1"))
+    first = await backend.append_batch(ref, [LogItem.of_event(e) for e in run_events("r1", 3)])
+    await backend.release_run(ref, "r1")
+    second = await backend.append_batch(ref, [LogItem.of_event(e) for e in run_events("r2", 2)])
+    conv = backend._conversations[ref]
+    assert len(conv.cold) == 5 and len(conv.log) == 4
+    result = await backend.read(ref, first[1].cursor, limit=6, wait=0)
+    assert [e.sse for e in result.entries] == [e.sse for e in (*first[2:], *second[:3])]
+    assert result.entries[3] is second[0]  # the live part is handed out as it was logged
+
+
+async def test_the_cold_log_is_not_tracked_by_the_collector() -> None:
+    """What a full collection walks for a retained conversation: not its ended runs' entries."""
+    backend = MemoryBackend()
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, meta())
+    await backend.claim_run(ref, Control("r1"))
+    await backend.append_batch(ref, [LogItem.of_event(e) for e in run_events("r1", 50)])
+    await backend.append_extension(ref, "x", {"deep": [1, 2]})
+    conv = backend._conversations[ref]
+    assert all(gc.is_tracked(entry) for entry in conv.log)
+    await backend.release_run(ref, "r1")
+    gc.collect()
+    assert len(conv.cold) == 53
+    assert not any(gc.is_tracked(frozen) for frozen in conv.cold)
 
 
 async def test_append_batch_that_raises_midway_leaves_no_gap_in_the_cursors() -> None:

@@ -7,6 +7,7 @@ with the naive fold.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -117,6 +118,32 @@ def test_a_factory_stream_takes_the_hot_path_and_completion_ends_it() -> None:
     store.dispatch(done)
     assert hot_events(store) == 0
     assert store.get_snapshot() == naive_fold([*head, *body, done])
+
+
+def test_a_dropped_store_is_freed_by_reference_count_alone() -> None:
+    """No reference cycle in a store that took every kind of handler: dropped, it is gone at
+    once, not left for the collector (a capacity run drops one per history replay)."""
+    head, body = _stream(20)
+    tail = EventFactory("s", "r", now=lambda: 6.0, initial_sequence=len(head) + len(body))
+    events = [
+        *head,
+        *body,
+        tail.create("message.completed", {"messageId": "m"}),
+        tail.create("tool.started", {"toolCallId": "t", "name": "x"}),
+        tail.create("run.completed", {}),
+    ]
+    gc.collect()
+    gc.disable()
+    try:
+        store = AgentStore()
+        for event in events:
+            store.dispatch(event)
+        assert store.get_snapshot()["runs"]["r"]["status"] == "completed"
+        assert not store.get_snapshot()["issues"]
+        del store
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("call", ["begin", "rollback", "load"])
