@@ -263,7 +263,7 @@ class SSETransport:
                     # layer less per read (~0.5 µs of the runner's ~17 µs per 1-event read).
                     decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")
                     decode = decoder(errors="replace").decode
-                    async for raw in response.aiter_bytes():
+                    async for raw in body_reads(response):
                         text = decode(raw)
                         if text:
                             stopper.check()
@@ -288,6 +288,26 @@ class SSETransport:
                 await response.aclose()
         finally:
             stopper.close()
+
+
+def body_reads(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body of a streamed response, one item per read.
+
+    Not content-encoded (an event stream nearly never is), ``aiter_bytes()`` and the
+    ``aiter_raw()`` under it only pass each read on: iterate the response's own byte stream,
+    two async-generator layers fewer for every suspended read to unwind and resume (one
+    delta per read: ~3 % of the runner's CPU per event). Otherwise ``aiter_bytes()`` decodes.
+    """
+    stream = response.stream
+    if (
+        "content-encoding" in response.headers
+        or response.is_stream_consumed
+        or response.is_closed
+        or not isinstance(stream, httpx.AsyncByteStream)
+    ):
+        return response.aiter_bytes()
+    response.is_stream_consumed = True  # as aiter_raw() marks it
+    return stream.__aiter__()
 
 
 def _close_now(response: httpx.Response) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import itertools
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -204,23 +206,30 @@ class _Reads(httpx.AsyncByteStream):
             yield read
 
 
-def _response(reads: list[bytes], content_type: str) -> httpx.Response:
-    return httpx.Response(200, headers={"content-type": content_type}, stream=_Reads(reads))
+def _response(reads: list[bytes], content_type: str, encoding: str | None = None) -> httpx.Response:
+    headers = {"content-type": content_type}
+    if encoding is not None:
+        headers["content-encoding"] = encoding
+    return httpx.Response(200, headers=headers, stream=_Reads(reads))
 
 
-async def _by_aiter_text(reads: list[bytes], content_type: str) -> list[tuple[str, str, str]]:
+async def _by_aiter_text(
+    reads: list[bytes], content_type: str, encoding: str | None = None
+) -> list[tuple[str, str, str]]:
     """The reference: httpx's own aiter_text() into the parser (what open_batches read)."""
     parser = SSEParser(1 << 20)
     out = []
-    async for text in _response(reads, content_type).aiter_text():
+    async for text in _response(reads, content_type, encoding).aiter_text():
         out += parser.feed(text)
     out += parser.close()
     return [(e.event, e.data, e.id) for e in out]
 
 
-async def _by_transport(reads: list[bytes], content_type: str) -> list[tuple[str, str, str]]:
+async def _by_transport(
+    reads: list[bytes], content_type: str, encoding: str | None = None
+) -> list[tuple[str, str, str]]:
     def handler(request: httpx.Request) -> httpx.Response:
-        return _response(reads, content_type)
+        return _response(reads, content_type, encoding)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     transport = SSETransport(client=client)
@@ -238,13 +247,22 @@ async def _by_transport(reads: list[bytes], content_type: str) -> list[tuple[str
     content_type=st.sampled_from(
         ["text/event-stream", "text/event-stream; charset=utf-8", "text/plain; charset=latin-1"]
     ),
+    encoding=st.sampled_from([None, "gzip", "deflate", "identity"]),
 )
 async def test_sse_transport_decodes_reads_as_aiter_text_does(
-    datas: list[str], tail: bytes, cuts: list[int], content_type: str
+    datas: list[str], tail: bytes, cuts: list[int], content_type: str, encoding: str | None
 ) -> None:
     """Reads cut inside multi-byte characters, invalid bytes, an unterminated last frame, a
-    declared charset: the transport's own decoding gives what httpx's aiter_text gave."""
+    declared charset, a compressed body: the transport's own decoding (the raw reads when
+    nothing is content-encoded) gives what httpx's aiter_text gave."""
     body = b"".join(f"data: {d}\n\n".encode() for d in datas) + tail
+    if encoding == "gzip":
+        body = gzip.compress(body)
+    elif encoding == "deflate":
+        body = zlib.compress(body)
     points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
     reads = [body[a:b] for a, b in itertools.pairwise(points) if body[a:b]]
-    assert await _by_transport(reads, content_type) == await _by_aiter_text(reads, content_type)
+    got = await _by_transport(reads, content_type, encoding)
+    assert got == await _by_aiter_text(reads, content_type, encoding)
+    if encoding is not None and datas:
+        assert got  # decoded, not parsed from the compressed bytes
