@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from hypothesis import given, settings
@@ -54,6 +54,38 @@ def test_the_fast_event_entry_is_the_general_one(cursor: str, event: dict[str, A
     assert fast.ws == general.ws
     assert orjson.loads(fast.data) == event
     assert LogEntry.for_event(cursor, event).sse == fast.sse
+
+
+def _seen(entry: LogEntry) -> tuple[Any, ...]:
+    return (
+        entry.sse,
+        entry.cursor,
+        entry.data,
+        entry.kind,
+        entry.event_type,
+        entry.run_id,
+        entry.is_run_terminal,
+        entry.ws,
+    )
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    cursor=_cursors,
+    event=_events,
+    extension=st.booleans(),
+    run_id=st.none() | st.text(max_size=5),
+)
+def test_a_thawed_entry_is_the_entry_that_was_frozen(
+    cursor: str, event: dict[str, Any], extension: bool, run_id: str | None
+) -> None:
+    """``thaw(frozen())`` (the memory backend's cold log) gives back what readers saw of the
+    entry: frames, cursor, data, kind, type, run, WebSocket frame."""
+    kind: Literal["event", "extension"] = "extension" if extension else "event"
+    data = orjson.dumps({"key": "k", "value": event} if extension else event)
+    event_type = None if extension else event.get("type")
+    entry = LogEntry(cursor, kind, data, event_type, run_id)
+    assert _seen(LogEntry.thaw(entry.frozen())) == _seen(entry)
 
 
 @settings(deadline=None, max_examples=100)
