@@ -31,6 +31,7 @@ from providers.errors import (
 )
 from providers.signal import AbortSignal
 from providers.transports._abort import Stopper, race_stop
+from providers.transports.cookies import NoCookies
 from providers.transports.pool import pooled_transport
 from providers.transports.request import UpstreamRequest
 
@@ -217,7 +218,10 @@ class SSETransport:
                 keepalive_expiry=4.0,
             )
             self._client = httpx.AsyncClient(
-                timeout=timeout, limits=limits, transport=pooled_transport(limits)
+                timeout=timeout,
+                limits=limits,
+                transport=pooled_transport(limits),
+                cookies=NoCookies(),
             )
         return self._client
 

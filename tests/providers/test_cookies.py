@@ -1,0 +1,36 @@
+"""The shared upstream client keeps no cookies (``providers/transports/cookies.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from providers.signal import AbortSignal
+from providers.transports import SSETransport, UpstreamRequest
+from tests.loopback_asgi import serve_asgi
+
+
+async def test_the_shared_client_sends_no_cookie_an_earlier_run_was_given() -> None:
+    """One client serves every user's runs: a cookie an upstream set in one run (a session, a
+    load balancer's stickiness) must not go out with the next run's request."""
+    seen: list[bytes | None] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        seen.append(dict(scope["headers"]).get(b"cookie"))
+        headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"set-cookie", b"session=user-a-secret; Path=/"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"data: ok\n\n"})
+
+    transport = SSETransport(max_connections=4)
+    async with serve_asgi(app, log_level="critical") as port:
+        for _ in range(2):
+            request = UpstreamRequest(f"http://127.0.0.1:{port}/run", json={})
+            events = [e.data async for e in transport.open(request, AbortSignal())]
+            assert events == ["ok"]
+    assert seen == [None, None]
+    assert len(transport._get_client().cookies.jar) == 0
+    await transport.aclose()
