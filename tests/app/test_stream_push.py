@@ -379,3 +379,48 @@ async def test_the_log_reader_offers_a_feed_to_reads_waiting_at_its_head() -> No
     reader.feed("4-0", fed(["5-0"]))
     await asyncio.wait_for(waiting[0], 5)  # refused: woken
     assert at_head.cursor == "inc-4-0"  # the read goes on after what was taken
+
+
+def _deltas(frames: list[ServerSentEvent]) -> int:
+    return sum(e["type"] == "message.delta" for e in events_of(frames))
+
+
+async def test_subscribers_resuming_from_every_cursor_at_once_get_every_event_once(
+    start_gateway: StartGateway,
+) -> None:
+    """Over real connections, all at once: a subscriber per cursor of an ended run (on the
+    memory backend its entries are cold, frozen tuples) resumes while the next run streams;
+    that run then ends (its entries frozen while the slower subscribers still read them).
+    Each gets exactly the events after its cursor, in order, without a snapshot."""
+    provider = ScriptedProvider()
+    gw = await start_gateway(make_settings(), providers={"demo": provider})
+    path = "/v1/conversations/cold/events"
+    async with gw.client() as client:
+
+        def resume(cursor: str, **kwargs: Any) -> Coroutine[Any, Any, list[ServerSentEvent]]:
+            params = {"since": cursor, "untilIdle": "true"}
+            return collect_sse(client, path, params=params, **kwargs)
+
+        await start_run(client, "cold", "text:6")
+        ended = await resume(EMPTY_CURSOR)  # run 1, to its terminal
+        assert terminal(ended)
+        cursors = [EMPTY_CURSOR, *(frame.id for frame in ended)]
+        second = await start_run(client, "cold", "text:3 gate:g text:3")
+        await resume(cursors[-1], stop=lambda f: _deltas(f) == 3)  # run 2 waits at its gate
+        started = [asyncio.Event() for _ in cursors]
+        readers = [
+            asyncio.create_task(resume(cursor, first_frame=event))
+            for cursor, event in zip(cursors, started, strict=True)
+        ]
+        await asyncio.gather(*(event.wait() for event in started))
+        provider.gates["g"].set()
+        got = await asyncio.gather(*readers)
+        whole = await resume(EMPTY_CURSOR)
+    assert events_of(whole)[-1]["runId"] == second["runId"] and terminal(whole)
+    assert _deltas(whole) == 12
+    ids = [frame.id for frame in whole]
+    for cursor, frames in zip(cursors, got, strict=True):
+        skip = 0 if cursor == EMPTY_CURSOR else ids.index(cursor) + 1
+        assert [frame.event for frame in frames] == ["message"] * len(frames)  # no snapshot
+        assert [frame.id for frame in frames] == ids[skip:]
+        assert events_of(frames) == events_of(whole)[skip:]
