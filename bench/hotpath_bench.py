@@ -8,16 +8,18 @@ gateway's own Python work, free of the mock, the client and the kernel:
   event creation, the runner's checks);
 - ``execute_run``: the same run through ``execute_run`` on the gateway's instrumented memory
   backend with its metrics (the runner plus cap, tracker, pipe, append, reduce, log, notify,
-  the run's end), no subscriber.
+  the run's end), no subscriber. With ``--backend redis`` the backend is Redis (a private
+  ``redis-server``; its own CPU is not counted here, see ``redis_ratio_bench.py``).
 
 CPU time (``time.process_time``) per event, best of ``--rounds``; the collector is tuned as in
 a serving process (``app.gc_policy``). Usage: ``.venv/bin/python bench/hotpath_bench.py
-[--chunks 20000] [--burst 16] [--rounds 7]``
+[--chunks 20000] [--burst 16] [--rounds 7] [--backend memory|redis]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -34,6 +36,7 @@ from app.config import Settings
 from app.gateway import Gateway
 from app.gc_policy import tune_for_serving
 from app.runs.execute import ActiveRun, RunRequest, execute_run
+from bench.harness import procs
 from providers.contract import AgentEvent, RunOptions
 from providers.openai_chat import OpenAIChatProvider
 from providers.runner import run_agent_provider
@@ -97,9 +100,21 @@ async def full_run(gateway: Gateway, number: int) -> tuple[float, int]:
     request = RunRequest(f"r{number}", {"prompt": "bench"}, "bench")
     active = ActiveRun(request.run_id)
     start = time.process_time()
-    await execute_run(
-        gateway.backend, gateway.catalog, gateway.settings, ref, request, active, gateway.metrics
-    )
+    # As the run manager does: the run slot is claimed (on Redis, the owner's live state and
+    # fenced writer then take the appends), the run executed, the slot released.
+    assert await gateway.backend.claim_run(ref, active)
+    try:
+        await execute_run(
+            gateway.backend,
+            gateway.catalog,
+            gateway.settings,
+            ref,
+            request,
+            active,
+            gateway.metrics,
+        )
+    finally:
+        await gateway.backend.release_run(ref, request.run_id)
     cpu = time.process_time() - start
     snapshot = await gateway.backend.snapshot(ref)
     assert snapshot is not None
@@ -108,12 +123,17 @@ async def full_run(gateway: Gateway, number: int) -> tuple[float, int]:
     return cpu, int(snapshot.state["lastSequenceByRun"][request.run_id]) + 1
 
 
-async def measure(chunks: int, burst: int, rounds: int) -> dict[str, float]:
+async def measure(
+    chunks: int, burst: int, rounds: int, redis_url: str | None = None
+) -> dict[str, float]:
     reads = upstream_reads(chunks, burst)
     provider = provider_for(reads)
+    gateway_section: dict[str, Any] = {"default_provider": "bench"}
+    if redis_url is not None:
+        gateway_section |= {"backend": "redis", "redis_url": redis_url}
     settings = Settings.model_validate(
         {
-            "gateway": {"default_provider": "bench"},
+            "gateway": gateway_section,
             "providers": {"bench": {"kind": "openai-chat", "url": "http://upstream/v1"}},
         }
     )
@@ -140,9 +160,17 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=20000)
     parser.add_argument("--burst", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
     args = parser.parse_args()
-    best: dict[str, Any] = uvloop.run(measure(args.chunks, args.burst, args.rounds))
-    print(f"{args.chunks} chunks, {args.burst} per read, best of {args.rounds} (CPU µs/event):")
+    with contextlib.ExitStack() as exits:
+        redis_url = None
+        if args.backend == "redis":
+            redis_url = exits.enter_context(procs.redis_server())
+        best: dict[str, Any] = uvloop.run(measure(args.chunks, args.burst, args.rounds, redis_url))
+    print(
+        f"{args.chunks} chunks, {args.burst} per read, {args.backend} backend, best of "
+        f"{args.rounds} (CPU µs/event):"
+    )
     for name, value in best.items():
         print(f"{name:>12}  {value:6.2f}")
     app_side = best["execute_run"] - best["runner"]

@@ -40,10 +40,11 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
         return ModelCall(number)
 
     def build_body(self, ctx: RunContext) -> dict[str, Any]:
+        history = ctx.history  # derived from the run's events: once per request
         return build_chat_request(
             model=self.model,
-            history=ctx.history,
-            user_content=self.user_content(ctx),
+            history=history,
+            user_content=self.user_content(ctx, history),
             tools=ctx.input.get("tools") or [],
             params=self.request_params(ctx),
         )

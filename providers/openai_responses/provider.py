@@ -31,11 +31,12 @@ class OpenAIResponsesProvider(ModelApiProvider[ResponseCall]):
         return ResponseCall(number)
 
     def build_body(self, ctx: RunContext) -> dict[str, Any]:
+        history = ctx.history  # derived from the run's events: once per request
         return build_responses_request(
             model=self.model,
-            history=ctx.history,
+            history=history,
             transcript=ctx.transcript,
-            user_content=self.user_content(ctx),
+            user_content=self.user_content(ctx, history),
             tools=ctx.input.get("tools") or [],
             params=self.request_params(ctx),
         )

@@ -266,3 +266,37 @@ async def test_sse_transport_decodes_reads_as_aiter_text_does(
     assert got == await _by_aiter_text(reads, content_type, encoding)
     if encoding is not None and datas:
         assert got  # decoded, not parsed from the compressed bytes
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/v1/chat/completions",
+        "https://api.example.com:8443/openai/deployments/d/chat?api-version=2024-06-01&x=a%20b",
+        "http://user:secret@upstream/v1/messages#ignored",
+        "http://bücher.example/v1/x y",
+        "http://[::1]:9/agent",
+    ],
+)
+def test_a_parsed_upstream_url_builds_the_request_httpx_builds_from_the_string(url: str) -> None:
+    from providers.transports.sse import upstream_url
+
+    client = httpx.AsyncClient()
+    mine = client.build_request("POST", upstream_url(url), json={"a": 1}, headers={"x-k": "v"})
+    theirs = client.build_request("POST", url, json={"a": 1}, headers={"x-k": "v"})
+    assert (mine.method, str(mine.url), mine.url.raw_path, mine.content) == (
+        theirs.method,
+        str(theirs.url),
+        theirs.url.raw_path,
+        theirs.content,
+    )
+    assert mine.headers.multi_items() == theirs.headers.multi_items()
+    assert upstream_url(url) is upstream_url(url)  # parsed once
+
+
+def test_an_invalid_upstream_url_raises_every_time_it_is_used() -> None:
+    from providers.transports.sse import upstream_url
+
+    for _ in range(2):  # an error is not cached as a result
+        with pytest.raises(httpx.InvalidURL):
+            upstream_url("http://[::1/agent")
