@@ -102,7 +102,8 @@ async def full_run(gateway: Gateway, number: int) -> tuple[float, int]:
     start = time.process_time()
     # As the run manager does: the run slot is claimed (on Redis, the owner's live state and
     # fenced writer then take the appends), the run executed, the slot released.
-    assert await gateway.backend.claim_run(ref, active)
+    if not await gateway.backend.claim_run(ref, active):  # not an assert: python -O skips those
+        raise RuntimeError(f"the run slot of {ref} was not granted")
     try:
         await execute_run(
             gateway.backend,
