@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
 
 from providers.context import RunContext
@@ -51,6 +51,16 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
 
     def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
         apply_data(self.model_run(ctx).call, ctx, _chunk_data(chunk))
+
+    def transform_chunks(self, chunks: Iterable[Any], ctx: RunContext) -> list[AgentEvent]:
+        """``handle_chunk`` of each chunk with the model call looked up once per read (only a
+        new request, never a chunk, starts another call)."""
+        if type(self).handle_chunk is not OpenAIChatProvider.handle_chunk:
+            return super().transform_chunks(chunks, ctx)  # a subclass maps chunks its own way
+        call = self.model_run(ctx).call
+        for chunk in chunks:
+            apply_data(call, ctx, _chunk_data(chunk))
+        return ctx.take()
 
     def on_upstream_end(self, ctx: RunContext) -> None:
         call = self.model_run(ctx).call
