@@ -22,8 +22,11 @@ __all__ = ["EventFactory"]
 _FAST_SEQUENCE_MAX = 2**53 - 2
 
 
+_time = time.time
+
+
 def _now_ms() -> float:
-    return time.time() * 1000.0
+    return _time() * 1000.0
 
 
 class EventFactory:
@@ -48,6 +51,27 @@ class EventFactory:
     def sequence(self) -> int:
         """The highest sequence used so far (-1 before any event)."""
         return self._sequence
+
+    def next_event(self, type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """``create(type, payload)`` for a dict payload and no option: the call of every
+        streamed delta, without ``create``'s keyword handling (~0.1 µs per event)."""
+        seq = self._sequence + 1
+        if seq > _FAST_SEQUENCE_MAX:
+            return self.create(type, payload)
+        self._sequence = seq
+        now = self._now
+        run_id = self.run_id
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "type": type,
+            "eventId": f"{run_id}:{seq}:{type}",
+            "sessionId": self.session_id,
+            "runId": run_id,
+            "sequence": seq,
+            # The default clock inline: one Python call less per event.
+            "timestamp": _time() * 1000.0 if now is _now_ms else now(),
+            "payload": payload,
+        }
 
     def create(
         self,

@@ -173,7 +173,10 @@ class RunContext:
             raise ProviderError(
                 f'Provider "{self.provider_id}" emitted "{type}" after the run ended.'
             )
-        event = self.factory.create(type, payload, meta=meta)
+        if meta is None:
+            event = self.factory.next_event(type, payload)
+        else:
+            event = self.factory.create(type, payload, meta=meta)
         self._outbox.append(event)
         self.events.append(event)
         return event

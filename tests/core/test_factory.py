@@ -112,3 +112,28 @@ def test_sequence_past_the_safe_integers_still_uses_js_number_text() -> None:
     assert event["eventId"] == f"r:{2**53 - 1}:run.started"
     beyond = EventFactory("s", "r", now=lambda: 5.0, initial_sequence=10**21)
     assert beyond.create("run.started", {})["eventId"] == "r:1e+21:run.started"
+
+
+@pytest.mark.parametrize("initial", [-1, 0, 41, 2**53 - 4, 2**53 - 3, 2**53 - 2, 10**21])
+def test_next_event_is_create_without_options(initial: int) -> None:
+    """``next_event`` (the streamed deltas' call) gives exactly ``create``'s event, key order
+    included, and moves the sequence the same way, across the safe-integer edge."""
+    fast = EventFactory("s", "r", now=lambda: 5.0, initial_sequence=initial)
+    general = EventFactory("s", "r", now=lambda: 5.0, initial_sequence=initial)
+    for n in range(4):
+        payload = {"messageId": "m", "delta": str(n)}
+        made = fast.next_event("message.delta", payload)
+        expected = general.create("message.delta", dict(payload))
+        assert list(made.items()) == list(expected.items())
+        assert fast.sequence == general.sequence
+
+
+def test_next_event_reads_the_default_clock_or_the_given_one() -> None:
+    import time
+
+    before = time.time() * 1000
+    event = EventFactory("s", "r").next_event("run.started", {})
+    assert before - 1 <= event["timestamp"] <= time.time() * 1000 + 1
+    ticks = iter([7.0, 8.5])
+    clocked = EventFactory("s", "r", now=lambda: next(ticks))
+    assert [clocked.next_event("run.started", {})["timestamp"] for _ in range(2)] == [7.0, 8.5]
