@@ -15,7 +15,7 @@ import httpcore
 import httpx
 import pytest
 
-from providers.transports.network import AsyncioBackend, wait_within
+from providers.transports.network import AsyncioBackend, AsyncioStream, wait_within
 from providers.transports.pool import pooled_transport
 from tests.support import eventually
 
@@ -138,6 +138,80 @@ async def test_the_timer_raises_the_given_error_and_lets_other_cancellations_thr
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+class _Writer:
+    """What ``AsyncioStream`` asks of a writer when it only reads and closes."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _stream() -> tuple[asyncio.StreamReader, AsyncioStream]:
+    reader = asyncio.StreamReader()
+    return reader, AsyncioStream(reader, _Writer())  # type: ignore[arg-type]
+
+
+async def test_reads_that_keep_coming_never_time_out_however_long_the_stream() -> None:
+    """Each read gets its own ``timeout``: one timer per stream, its deadline moved by each
+    read, never fires on a stream whose reads each come in time."""
+    reader, stream = _stream()
+    loop = asyncio.get_running_loop()
+    got = []
+    for n in range(12):  # 12 reads, 0.05 s apart: 0.6 s in all, with a 0.2 s read timeout
+        loop.call_later(0.05, reader.feed_data, b"%d" % n)
+        got.append(await asyncio.wait_for(stream.read(100, timeout=0.2), 5))
+    assert got == [b"%d" % n for n in range(12)]
+    await stream.aclose()
+
+
+async def test_a_read_that_waits_past_its_timeout_is_a_read_timeout() -> None:
+    reader, stream = _stream()
+    reader.feed_data(b"first")
+    assert await stream.read(100, timeout=0.1) == b"first"
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(httpcore.ReadTimeout):
+        await asyncio.wait_for(stream.read(100, timeout=0.1), 5)
+    assert asyncio.get_running_loop().time() - started >= 0.09  # not the first read's deadline
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_idle_time_between_reads_cancels_nothing() -> None:
+    """The timer outlives the read; firing while no read is in progress, it lapses."""
+    reader, stream = _stream()
+    reader.feed_data(b"a")
+    assert await stream.read(100, timeout=0.05) == b"a"
+    idle = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.2, idle.set)  # four read timeouts of idleness
+    await asyncio.wait_for(idle.wait(), 5)  # this task is not cancelled meanwhile
+    assert stream._watchdog is not None and stream._watchdog._handle is None
+    reader.feed_data(b"b")
+    assert await stream.read(100, timeout=0.05) == b"b"
+
+
+async def test_an_outside_cancellation_of_a_timed_read_stays_a_cancellation() -> None:
+    reader, stream = _stream()
+    task = asyncio.create_task(stream.read(100, timeout=30))
+    await eventually(lambda: stream._watchdog is not None and stream._watchdog._task is task)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    reader.feed_data(b"after")  # the stream still reads
+    assert await stream.read(100, timeout=30) == b"after"
+
+
+async def test_closing_the_stream_cancels_its_timer() -> None:
+    reader, stream = _stream()
+    reader.feed_data(b"x")
+    await stream.read(100, timeout=300)
+    watchdog = stream._watchdog
+    assert watchdog is not None and watchdog._handle is not None
+    handle = watchdog._handle
+    await stream.aclose()
+    assert watchdog._handle is None and handle.cancelled()
 
 
 @pytest.fixture(scope="module")
