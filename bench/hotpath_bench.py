@@ -22,13 +22,11 @@ import argparse
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx
 import uvloop
 
 from app.backends import ConversationMeta, ConversationRef
@@ -41,7 +39,7 @@ from providers.contract import AgentEvent, RunOptions
 from providers.openai_chat import OpenAIChatProvider
 from providers.runner import run_agent_provider
 from providers.signal import AbortSignal
-from providers.transports.sse import SSETransport
+from providers.testing import sse_reads_transport
 
 HEAD = b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench",'
 
@@ -61,22 +59,8 @@ def upstream_reads(chunks: int, burst: int) -> list[bytes]:
     return [b"".join(frames[i : i + burst]) for i in range(0, len(frames), burst)]
 
 
-class _Body(httpx.AsyncByteStream):
-    def __init__(self, reads: list[bytes]) -> None:
-        self._reads = reads
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self._reads:
-            yield read
-
-
 def provider_for(reads: list[bytes]) -> OpenAIChatProvider:
-    def handler(request: httpx.Request) -> httpx.Response:
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, headers=headers, stream=_Body(reads))
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    transport = SSETransport(client=client)
+    transport = sse_reads_transport(reads)
     return OpenAIChatProvider("bench", url="http://upstream/v1", model="bench", transport=transport)
 
 

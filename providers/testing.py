@@ -13,24 +13,58 @@ no issue and returns the emitted events.
   ``f(events) -> Command | tuple`` resolved when the runner takes it (so it can pick ids from
   the events emitted so far).
 - ``abort_when(events) -> bool`` aborts the run's signal after an event.
+
+``sse_reads_transport(reads)``: a real :class:`SSETransport` whose upstream is in memory and
+answers every request with ``reads``, each item one read of the body (``ByteReads``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import httpx
 
 from providers.contract import AgentEvent, AgentProvider, Command, RunOptions
 from providers.runner import run_agent_provider
 from providers.signal import AbortSignal
-from providers.transports import IterableTransport
+from providers.transports import IterableTransport, SSETransport
 from providers.validator import validate_agent_provider_events
 
-__all__ = ["CommandLike", "assert_provider_contract", "make_options", "run_collect"]
+__all__ = [
+    "ByteReads",
+    "CommandLike",
+    "assert_provider_contract",
+    "make_options",
+    "run_collect",
+    "sse_reads_transport",
+]
 
 CommandLike = Command | tuple[str, Mapping[str, Any]] | Callable[[list[AgentEvent]], Any]
+
+
+class ByteReads(httpx.AsyncByteStream):
+    """A response body that arrives as ``reads``: one item per read."""
+
+    def __init__(self, reads: Sequence[bytes]) -> None:
+        self.reads = reads
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for read in self.reads:
+            yield read
+
+
+def sse_reads_transport(reads: Sequence[bytes]) -> SSETransport:
+    """An SSE transport whose upstream answers every request ``200 text/event-stream`` with
+    ``reads`` (each item one read): the transport's own parsing and batching, no socket."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(200, headers=headers, stream=ByteReads(reads))
+
+    return SSETransport(client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
 
 
 def _to_command(value: Any, events: list[AgentEvent]) -> Command:

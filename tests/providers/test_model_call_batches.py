@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -23,8 +22,7 @@ from providers.model_calls import ModelApiProvider
 from providers.openai_chat import OpenAIChatProvider
 from providers.openai_responses import OpenAIResponsesProvider
 from providers.recorded import load_recorded_stream
-from providers.testing import make_options, run_collect
-from providers.transports.sse import SSETransport
+from providers.testing import make_options, run_collect, sse_reads_transport
 from tests.providers.replay_helpers import FIXTURES
 from tests.providers.test_openai_chat_fast_path import chunks as chat_chunks
 
@@ -61,23 +59,6 @@ def split(body: bytes, cuts: Iterable[int]) -> list[bytes]:
     return [body[a:b] for a, b in itertools.pairwise(edges) if b > a]
 
 
-class _Body(httpx.AsyncByteStream):
-    def __init__(self, reads: list[bytes]) -> None:
-        self._reads = reads
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self._reads:
-            yield read
-
-
-def _transport(reads: list[bytes]) -> SSETransport:
-    def handler(request: httpx.Request) -> httpx.Response:
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, headers=headers, stream=_Body(reads))
-
-    return SSETransport(client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
-
-
 def per_chunk(cls: type[ModelApiProvider[Any]]) -> type[ModelApiProvider[Any]]:
     """``cls`` without the read-at-once path: the runner maps chunk by chunk."""
     return type(f"PerChunk{cls.__name__}", (cls,), {"transform_chunks": None})
@@ -94,7 +75,7 @@ def counting(cls: type[ModelApiProvider[Any]]) -> type[ModelApiProvider[Any]]:
 
 
 async def run(provider: ModelApiProvider[Any], reads: list[bytes]) -> list[AgentEvent]:
-    provider.transport = _transport(reads)
+    provider.transport = sse_reads_transport(reads)
     options = make_options(wait_timeout_seconds=0.01)
     return await run_collect(provider, {"prompt": "p"}, options=options)
 

@@ -27,6 +27,7 @@ from providers.errors import (
     to_agent_error,
 )
 from providers.signal import AbortSignal
+from providers.testing import ByteReads
 from providers.transports import (
     IterableTransport,
     ReplayTransport,
@@ -197,20 +198,11 @@ async def test_error_body_excerpt_is_redacted() -> None:
     await client.aclose()
 
 
-class _Reads(httpx.AsyncByteStream):
-    def __init__(self, reads: list[bytes]) -> None:
-        self.reads = reads
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self.reads:
-            yield read
-
-
 def _response(reads: list[bytes], content_type: str, encoding: str | None = None) -> httpx.Response:
     headers = {"content-type": content_type}
     if encoding is not None:
         headers["content-encoding"] = encoding
-    return httpx.Response(200, headers=headers, stream=_Reads(reads))
+    return httpx.Response(200, headers=headers, stream=ByteReads(reads))
 
 
 async def _by_aiter_text(
