@@ -84,7 +84,11 @@ class ReadWatchdog:
         self._deadline = deadline = self._loop.time() + seconds
         self._task = task
         self.expired = False
-        if self._handle is None:
+        handle = self._handle
+        if handle is None:
+            self._handle = self._loop.call_at(deadline, self._fire)
+        elif handle.when() > deadline:  # a shorter timeout than the read before: sooner
+            handle.cancel()
             self._handle = self._loop.call_at(deadline, self._fire)
 
     def disarm(self) -> None:

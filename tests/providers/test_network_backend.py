@@ -179,6 +179,18 @@ async def test_a_read_that_waits_past_its_timeout_is_a_read_timeout() -> None:
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
 
 
+async def test_a_shorter_timeout_than_the_read_before_still_bounds_its_read() -> None:
+    """The timer set for a long timeout is moved up for a read with a shorter one."""
+    reader, stream = _stream()
+    reader.feed_data(b"first")
+    assert await stream.read(100, timeout=300) == b"first"
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(httpcore.ReadTimeout):
+        await asyncio.wait_for(stream.read(100, timeout=0.1), 5)
+    assert asyncio.get_running_loop().time() - started < 5
+    await stream.aclose()
+
+
 async def test_idle_time_between_reads_cancels_nothing() -> None:
     """The timer outlives the read; firing while no read is in progress, it lapses."""
     reader, stream = _stream()
