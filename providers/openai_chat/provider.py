@@ -52,11 +52,16 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
     def handle_chunk(self, chunk: Any, ctx: RunContext) -> None:
         apply_data(self.model_run(ctx).call, ctx, _chunk_data(chunk))
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "handle_chunk" in vars(cls) and "transform_chunks" not in vars(cls):
+            # It maps chunks its own way: the read goes through its handle_chunk.
+            setattr(cls, "transform_chunks", ModelApiProvider.transform_chunks)  # noqa: B010
+
     def transform_chunks(self, chunks: Iterable[Any], ctx: RunContext) -> list[AgentEvent]:
         """``handle_chunk`` of each chunk with the model call looked up once per read (only a
-        new request, never a chunk, starts another call)."""
-        if type(self).handle_chunk is not OpenAIChatProvider.handle_chunk:
-            return super().transform_chunks(chunks, ctx)  # a subclass maps chunks its own way
+        new request, never a chunk, starts another call). A subclass with its own
+        ``handle_chunk`` takes the base's loop over it instead (``__init_subclass__``)."""
         call = self.model_run(ctx).call
         for chunk in chunks:
             apply_data(call, ctx, _chunk_data(chunk))
