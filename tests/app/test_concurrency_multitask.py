@@ -150,16 +150,18 @@ async def test_interrupt_cancels_every_queued_run_accepted_before_it(gateways: G
 
 
 async def test_abort_naming_a_queued_run_cancels_it_in_its_turn(gateways: Gateways) -> None:
-    gw = await gateways(providers={"demo": CountingProvider()})
+    provider = CountingProvider()
+    gw = await gateways(providers={"demo": provider})
     key = "queued-abort"
     async with gw.client() as client:
-        active = await start_run(client, key, "text:1 sleep:0.5")
+        active = await start_run(client, key, "text:1 gate:hold")  # runs until the gate opens
         queued = await start_run(client, key, "text:1", multitask="enqueue")
         response = await client.post(
             f"/v1/conversations/{key}/abort", json={"runId": queued["runId"]}
         )
         assert response.status_code == 202
         assert response.json() == {"runId": queued["runId"], "aborted": True}
+        provider.gates["hold"].set()
         events = await _log(client, key)
     assert [t for _, t in run_log(events)] == [
         "run.started",

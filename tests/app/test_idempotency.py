@@ -45,9 +45,14 @@ def idem(key: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway, provider: ScriptedProvider) -> RunningGateway:
     settings = make_settings(gateway={"idempotency_ttl_seconds": 2})
-    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    return await start_gateway(settings, providers={"demo": provider})
 
 
 async def idle(client: httpx.AsyncClient, key: str = KEY) -> dict[str, Any]:
@@ -130,13 +135,16 @@ async def test_reload_is_idempotent(gw: RunningGateway) -> None:
         assert len(state["agentState"]["runs"]) == 2
 
 
-async def test_a_refused_request_is_not_remembered(gw: RunningGateway) -> None:
+async def test_a_refused_request_is_not_remembered(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
     async with gw.client() as client:
-        busy = await client.post(RUNS, json={"input": {"prompt": "sleep:0.5"}})
+        busy = await client.post(RUNS, json={"input": {"prompt": "gate:hold"}})
         assert busy.status_code == 202
         body = {"input": {"prompt": "text:1"}}
         refused = await client.post(RUNS, json=body, headers=idem("later"))
         assert code(refused) == (409, "run_in_progress")
+        provider.gates["hold"].set()
         await idle(client)
         accepted = await client.post(RUNS, json=body, headers=idem("later"))
         assert accepted.status_code == 202

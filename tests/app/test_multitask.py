@@ -13,9 +13,14 @@ RUNS = f"/v1/conversations/{KEY}/runs"
 
 
 @pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway, provider: ScriptedProvider) -> RunningGateway:
     settings = make_settings(gateway={"enqueue_max": 1})
-    return await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    return await start_gateway(settings, providers={"demo": provider})
 
 
 async def test_reject_is_409_run_in_progress(gw: RunningGateway) -> None:
@@ -50,15 +55,18 @@ async def test_interrupt_cancels_the_active_run_then_starts(gw: RunningGateway) 
     assert cancelled["payload"]["reason"] == "interrupted"
 
 
-async def test_enqueue_runs_in_order_and_is_bounded(gw: RunningGateway) -> None:
+async def test_enqueue_runs_in_order_and_is_bounded(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
     async with gw.client() as client:
-        first = await start_run(client, KEY, "text:1 sleep:0.5")
+        first = await start_run(client, KEY, "text:1 gate:hold")  # runs until the gate opens
         second = await start_run(client, KEY, "text:1", multitask="enqueue")
         assert second["status"] == "queued"
         full = await client.post(RUNS, json={"input": {"prompt": "x"}, "multitask": "enqueue"})
         assert full.status_code == 429
         assert full.json()["error"]["code"] == "queue_full"
         assert full.headers["retry-after"]
+        provider.gates["hold"].set()
         frames = await collect_sse(
             client,
             f"/v1/conversations/{KEY}/events",
@@ -68,14 +76,17 @@ async def test_enqueue_runs_in_order_and_is_bounded(gw: RunningGateway) -> None:
     assert runs == [first["runId"], first["runId"], second["runId"], second["runId"]]
 
 
-async def test_abort_of_a_queued_run_cancels_it(gw: RunningGateway) -> None:
+async def test_abort_of_a_queued_run_cancels_it(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
     async with gw.client() as client:
-        await start_run(client, KEY, "sleep:0.5")
+        await start_run(client, KEY, "gate:hold")  # runs until the gate opens
         queued = await start_run(client, KEY, "text:1", multitask="enqueue")
         response = await client.post(
             f"/v1/conversations/{KEY}/abort", json={"runId": queued["runId"]}
         )
         assert response.status_code == 202
+        provider.gates["hold"].set()
         state = await wait_state(
             client, KEY, lambda s: not s["isRequesting"] and len(s["agentState"]["runs"]) == 2
         )

@@ -167,13 +167,18 @@ async def test_the_record_of_a_run_queued_on_another_instance(
 
 
 async def test_interrupt_through_another_instance(start_gateway: StartGateway) -> None:
-    a, b = await _pair(start_gateway)
+    settings = make_settings(gateway={"heartbeat_seconds": 1})
+    providers = [ScriptedProvider(), ScriptedProvider()]
+    a, b = [await start_gateway(settings, providers={"demo": p}) for p in providers]
     async with a.client() as ca, b.client() as cb:
         first = await start_run(ca, KEY, "text:1 sleep:30")
-        second = await start_run(cb, KEY, "text:2 sleep:0.3", multitask="interrupt")
+        # The second run holds until the gate opens, on whichever instance runs it.
+        second = await start_run(cb, KEY, "text:2 gate:hold", multitask="interrupt")
         assert second["status"] == "started"
         state = (await ca.get(f"/v1/conversations/{KEY}/state")).json()
         assert state["activeRunId"] == second["runId"]  # the 202 came after its run.started
+        for provider in providers:
+            provider.gates["hold"].set()
         frames = await collect_sse(
             ca, EVENTS, params={"since": second["cursor"], "untilIdle": "true"}
         )

@@ -257,19 +257,23 @@ async def test_upstream_failure_is_an_event_not_an_http_error(gw: RunningGateway
         assert state["messages"][-1]["status"] == "error"
 
 
-async def test_run_record_wait_and_title(gw: RunningGateway) -> None:
+async def test_run_record_wait_and_title(start_gateway: StartGateway) -> None:
+    provider = ScriptedProvider()
+    gw = await start_gateway(make_settings(), providers={"demo": provider})
     async with gw.client() as client:
         base = f"/v1/conversations/{KEY}"
         assert error_of(await client.get(f"{base}/runs/run_x"))["code"] == "conversation_not_found"
-        run = await start_run(client, KEY, "text:1 sleep:0.4")
+        # The run holds until the test opens its gate (a sleep raced a loaded CI machine).
+        run = await start_run(client, KEY, "text:1 gate:hold")
         record = (await client.get(f"{base}/runs/{run['runId']}")).json()
         assert record["runId"] == run["runId"] and record["sessionId"] == run["sessionId"]
         assert record["status"] in ("queued", "running")
         early = await client.get(f"{base}/runs/{run['runId']}/wait", params={"timeout": 0.05})
         assert early.status_code == 200 and early.json()["status"] in ("queued", "running")
+        provider.gates["hold"].set()
         done = await client.get(f"{base}/runs/{run['runId']}/wait", params={"timeout": 10})
         assert done.json()["status"] == "completed"
-        assert done.json()["input"] == {"prompt": "text:1 sleep:0.4"}
+        assert done.json()["input"] == {"prompt": "text:1 gate:hold"}
         missing = await client.get(f"{base}/runs/run_nope")
         assert (missing.status_code, error_of(missing)["code"]) == (404, "run_not_found")
         patched = await client.patch(base, json={"title": "Renamed"})

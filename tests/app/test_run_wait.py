@@ -25,8 +25,13 @@ def code(response: httpx.Response) -> tuple[int, str]:
 
 
 @pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
-    return await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway, provider: ScriptedProvider) -> RunningGateway:
+    return await start_gateway(make_settings(), providers={"demo": provider})
 
 
 async def timed_wait(
@@ -85,13 +90,16 @@ async def test_wait_on_an_ended_run_answers_at_once_and_record_matches(
         assert plain.status_code == 200 and plain.json() == record
 
 
-async def test_wait_follows_a_queued_run_to_its_end(gw: RunningGateway) -> None:
+async def test_wait_follows_a_queued_run_to_its_end(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
     async with gw.client() as client:
-        await start_run(client, KEY, "sleep:0.4")
+        await start_run(client, KEY, "gate:hold")  # runs until the gate opens
         queued = await start_run(client, KEY, "text:1", multitask="enqueue")
         assert queued["status"] == "queued"
         record = (await client.get(f"{BASE}/runs/{queued['runId']}")).json()
-        assert record["status"] in ("queued", "running")
+        assert record["status"] == "queued"
+        provider.gates["hold"].set()
         _, record = await timed_wait(client, queued["runId"], 20)
         assert record["status"] == "completed"
 
