@@ -30,8 +30,13 @@ def code(response: httpx.Response) -> tuple[int, str]:
 
 
 @pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
-    return await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway, provider: ScriptedProvider) -> RunningGateway:
+    return await start_gateway(make_settings(), providers={"demo": provider})
 
 
 async def finished(client: httpx.AsyncClient, key: str, prompt: str) -> dict[str, Any]:
@@ -107,7 +112,9 @@ async def test_last_run_status_and_is_requesting(gw: RunningGateway) -> None:
         assert items["busy"]["lastRunStatus"] == "cancelled"
 
 
-async def test_patch_title_is_meta_not_an_event(gw: RunningGateway) -> None:
+async def test_patch_title_is_meta_not_an_event(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
     async with gw.client() as client:
         await finished(client, "t1", "text:1 the first question")
         before = (await client.get("/v1/conversations/t1/state")).json()
@@ -122,8 +129,9 @@ async def test_patch_title_is_meta_not_an_event(gw: RunningGateway) -> None:
         await finished(client, "t1", "text:1 another question")  # a new run keeps the title
         listed = (await client.get("/v1/conversations")).json()["conversations"]
         assert listed[0]["title"] == "Renamed"
-        await start_run(client, "t1", "sleep:0.5")  # set while a run runs: kept after its end
+        await start_run(client, "t1", "gate:hold")  # set while a run runs: kept after its end
         assert (await client.patch("/v1/conversations/t1", json={"title": "Live"})).is_success
+        provider.gates["hold"].set()
         await wait_state(client, "t1", lambda s: not s["isRequesting"])
         listed = (await client.get("/v1/conversations")).json()["conversations"]
         assert listed[0]["title"] == "Live"

@@ -336,12 +336,16 @@ def test_coalesced_sends_are_capped_in_bytes() -> None:
 
 async def test_shutdown_lets_a_run_finish_within_the_grace(start_gateway: StartGateway) -> None:
     settings = make_settings(gateway={"shutdown_grace_seconds": 5})
-    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()})
+    provider = ScriptedProvider()
+    gw = await start_gateway(settings, providers={"demo": provider})
     async with gw.client() as client:
-        run = await start_run(client, KEY, "sleep:0.5 text:2")
+        run = await start_run(client, KEY, "gate:go text:2")  # in flight until the gate opens
         reader = asyncio.create_task(collect_sse(client, EVENTS, params={"since": run["cursor"]}))
         await wait_state(client, KEY, lambda s: s["isRequesting"])
-        await gw.stop()
+        stopping = asyncio.create_task(gw.stop())
+        await eventually(lambda: gw.gateway.runs.shutting_down, what="the drain has begun")
+        provider.gates["go"].set()  # the run ends during the shutdown, within its grace
+        await stopping
         frames = await asyncio.wait_for(reader, 10)
     assert events_of(frames)[-1]["type"] == "run.completed"
 
