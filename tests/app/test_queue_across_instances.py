@@ -33,9 +33,13 @@ EVENTS = f"/v1/conversations/{KEY}/events"
 TERMINALS = ("run.completed", "run.failed", "run.cancelled")
 
 
-async def _pair(start_gateway: StartGateway, **gateway: Any) -> list[RunningGateway]:
+async def _pair(
+    start_gateway: StartGateway, *providers: ScriptedProvider, **gateway: Any
+) -> list[RunningGateway]:
+    """Two instances on one Redis; ``providers`` (one each) when the test drives them."""
     settings = make_settings(gateway={"heartbeat_seconds": 1, **gateway})
-    return [await start_gateway(settings, providers={"demo": ScriptedProvider()}) for _ in "AB"]
+    chosen = providers or (ScriptedProvider(), ScriptedProvider())
+    return [await start_gateway(settings, providers={"demo": p}) for p in chosen]
 
 
 async def _started_runs(client: httpx.AsyncClient, count: int) -> list[str]:
@@ -167,9 +171,8 @@ async def test_the_record_of_a_run_queued_on_another_instance(
 
 
 async def test_interrupt_through_another_instance(start_gateway: StartGateway) -> None:
-    settings = make_settings(gateway={"heartbeat_seconds": 1})
     providers = [ScriptedProvider(), ScriptedProvider()]
-    a, b = [await start_gateway(settings, providers={"demo": p}) for p in providers]
+    a, b = await _pair(start_gateway, *providers)
     async with a.client() as ca, b.client() as cb:
         first = await start_run(ca, KEY, "text:1 sleep:30")
         # The second run holds until the gate opens, on whichever instance runs it.
