@@ -75,6 +75,23 @@ def client(read_timeout: float = 5.0) -> httpx.AsyncClient:
     )
 
 
+async def one_piece_in(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The direct body of ``response``, its first read (``data: one``) already checked."""
+    body = direct_body(response)
+    assert body is not None
+    assert await anext(body) == b"data: one\n\n"
+    return body
+
+
+async def answered_on_a_new_connection(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    """The next request is answered, on a connection of its own (the last one was closed)."""
+    await server.pieces.put(b"0\r\n\r\n")
+    await server.pieces.put(None)
+    response = await http.get(f"http://127.0.0.1:{server.port}/sse")
+    assert response.status_code == 200
+    assert server.connections == 2
+
+
 async def test_each_read_is_one_item_with_the_bytes_sent_and_the_connection_is_reused() -> None:
     events = [b"data: one\n\n", b"data: two\n\ndata: three\n\n", b"data: " + b"x" * 3000 + b"\n\n"]
     async with scripted_server() as server, client() as http:
@@ -118,16 +135,10 @@ async def test_a_body_cut_short_is_httpx_remote_protocol_error_and_the_connectio
         await server.pieces.put("close")  # no terminating chunk
         url = f"http://127.0.0.1:{server.port}/sse"
         async with http.stream("GET", url) as response:
-            body = direct_body(response)
-            assert body is not None
-            assert await anext(body) == b"data: one\n\n"
+            body = await one_piece_in(response)
             with pytest.raises(httpx.RemoteProtocolError):
                 await anext(body)
-        await server.pieces.put(b"0\r\n\r\n")
-        await server.pieces.put(None)
-        response = await http.get(url)
-        assert response.status_code == 200
-        assert server.connections == 2
+        await answered_on_a_new_connection(server, http)
 
 
 async def test_a_silent_body_is_httpx_read_timeout() -> None:
@@ -135,9 +146,7 @@ async def test_a_silent_body_is_httpx_read_timeout() -> None:
         await server.pieces.put(chunk(b"data: one\n\n"))
         url = f"http://127.0.0.1:{server.port}/sse"
         async with http.stream("GET", url) as response:
-            body = direct_body(response)
-            assert body is not None
-            assert await anext(body) == b"data: one\n\n"
+            body = await one_piece_in(response)
             with pytest.raises(httpx.ReadTimeout):
                 await asyncio.wait_for(anext(body), 5)
         await server.pieces.put(None)  # the handler, done writing, finds the connection closed
@@ -149,16 +158,10 @@ async def test_stopping_before_the_end_closes_the_connection() -> None:
         await server.pieces.put(chunk(b"data: one\n\n"))
         url = f"http://127.0.0.1:{server.port}/sse"
         async with http.stream("GET", url) as response:
-            body = direct_body(response)
-            assert body is not None
-            assert await anext(body) == b"data: one\n\n"
+            await one_piece_in(response)
         await server.pieces.put(None)  # the handler, done writing, finds the connection closed
         await eventually(lambda: server.closed_by_client == 1)
-        await server.pieces.put(b"0\r\n\r\n")
-        await server.pieces.put(None)
-        response = await http.get(url)
-        assert response.status_code == 200
-        assert server.connections == 2
+        await answered_on_a_new_connection(server, http)
 
 
 async def test_a_content_length_body() -> None:
