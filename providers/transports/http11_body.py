@@ -5,7 +5,7 @@ bound and response streams, httpcore's pool stream, connection stream and body r
 coroutine, and two ``contextlib`` context managers that map exceptions. An upstream that
 streams one delta per read pays all of that per delta: ~12 µs of the gateway's ~88 µs per
 event here (``bench/throughput_bench.py``, one event per write), and at 40–90 answers of 50
-deltas/s the gateway used 6–11 % more CPU than with it. :func:`direct_body` runs the loop of
+deltas/s the gateway used 6–12 % more CPU than with it. :func:`direct_body` runs the loop of
 httpcore's ``_receive_response_body`` itself, over the same h11 state and network stream,
 with the two exception mappings entered once for the whole body.
 
