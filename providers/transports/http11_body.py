@@ -75,12 +75,9 @@ async def _body(
         while True:
             event = next_event()
             if event is need_data:
-                data = await network.read(size, timeout=read_timeout)
-                if data == b"" and state.their_state == h11.SEND_RESPONSE:
-                    raise httpcore.RemoteProtocolError(
-                        "Server disconnected without sending a response."
-                    )
-                state.receive_data(data)
+                # The headers are in (h11 is past SEND_RESPONSE): an early EOF is fed to h11,
+                # whose body reader raises RemoteProtocolError for an incomplete body.
+                state.receive_data(await network.read(size, timeout=read_timeout))
             elif type(event) is h11.Data:
                 yield bytes(event.data)
             elif type(event) is h11.EndOfMessage or event is h11.PAUSED:
