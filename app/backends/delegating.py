@@ -40,8 +40,8 @@ class DelegatingBackend(Backend):
         return self._inner
 
     @property
-    def appends_in_process(self) -> bool:  # type: ignore[override]
-        return self._inner.appends_in_process
+    def inline_appends(self) -> bool:  # type: ignore[override]
+        return self._inner.inline_appends
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:

@@ -161,7 +161,7 @@ class _Conversation:
 
 
 class MemoryBackend(Backend):
-    appends_in_process = True
+    inline_appends = True
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ REF = ConversationRef("p", "c")
 class GatedBackend(MemoryBackend):
     """A memory backend whose batch writes wait for ``gate`` (a slow Redis round trip)."""
 
-    appends_in_process = False  # its writes suspend: the pipe hands them to its drain task
+    inline_appends = False  # its writes suspend: the pipe hands them to its drain task
 
     def __init__(self) -> None:
         super().__init__()

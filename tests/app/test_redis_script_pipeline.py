@@ -24,6 +24,7 @@ from tests.app.redis_support import (
     redis,
     unique_prefix,
 )
+from tests.support import eventually_async
 
 __all__ = ["prefix", "redis"]  # fixtures
 
@@ -115,12 +116,19 @@ async def test_appends_hold_one_connection_and_survive_its_loss_without_writing_
 ) -> None:
     """The pipeline's own connection, killed by the server between two appends: the next
     append reconnects (redis-py's retry, as configured by the gateway) and lands once; close
-    hands the connection back."""
+    hands the connection back, usable by redis-py again."""
     client = redis_client(SHARED_REDIS_URL)
     try:
         await _held_connection_survives_its_loss(client, redis, prefix)
     finally:
         await client.aclose()
+
+
+def _address(pipeline: ScriptPipeline) -> str:
+    """The held connection's address as Redis lists it (``CLIENT KILL ADDR``)."""
+    assert pipeline._wire is not None  # driven directly once connected
+    host, port = pipeline._wire.transport.get_extra_info("sockname")[:2]
+    return f"{host}:{port}"
 
 
 async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix: str) -> None:
@@ -129,18 +137,48 @@ async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix
     await log.append(keys, "", [ev(0)])
     conn = log._append._conn
     assert conn is not None
+    address = _address(log._append)
     await log.append(keys, "", [ev(1)])
-    assert log._append._conn is conn  # one connection, not one per append
-    await conn.send_command("CLIENT", "ID")
-    client_id = await conn.read_response()
-    assert await redis.execute_command("CLIENT", "KILL", "ID", client_id) == 1
+    assert log._append._conn is conn and _address(log._append) == address  # one connection
+    assert await redis.execute_command("CLIENT", "KILL", "ADDR", address) == 1
     ids = await log.append(keys, "", [ev(2)])
     assert await _logged(log, keys) == [0, 1, 2]
     assert ids == [(await log.read_after(keys, "0-0") or [])[-1].id]
+    assert _address(log._append) != address  # a new connection, driven directly again
     in_use = client.connection_pool._in_use_connections  # type: ignore[attr-defined]
     assert conn in in_use
     await log.aclose()
     assert conn not in in_use and log._append._conn is None
+    await conn.send_command("PING")  # redis-py reads it again
+    assert await conn.read_response() in (b"PONG", "PONG")
+
+
+async def test_a_reply_no_call_waits_for_drops_the_connection_and_the_call_is_sent_again(
+    redis: Redis, prefix: str
+) -> None:
+    """Bytes the pipeline did not ask for (here: a reply to a command written behind its
+    back) mean the connection cannot be trusted: it is dropped, and the calls in flight are
+    sent again on a new one, each landing once."""
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        log = EventLog(client, max_len=1000)
+        keys = keys_for(prefix, "stray")
+        await log.append(keys, "", [ev(0)])
+        address = _address(log._append)
+        wire = log._append._wire
+        assert wire is not None
+        wire.transport.write(b"*1\r\n$4\r\nPING\r\n")  # its +PONG comes unasked for
+        await eventually_async(lambda: _dropped(log._append, wire), within=5, what="dropped")
+        await asyncio.gather(*(log.append(keys, "", [ev(n)]) for n in (1, 2)))
+        assert sorted(await _logged(log, keys)) == [0, 1, 2]
+        assert _address(log._append) != address
+        await log.aclose()
+    finally:
+        await client.aclose()
+
+
+async def _dropped(pipeline: ScriptPipeline, wire: object) -> bool:
+    return pipeline._wire is not wire
 
 
 class _MuteRedis:

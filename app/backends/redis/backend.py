@@ -71,6 +71,8 @@ __all__ = ["RedisBackend", "RunFenced"]
 
 
 class RedisBackend(Backend):
+    inline_appends = True
+
     def __init__(
         self,
         redis: Redis,

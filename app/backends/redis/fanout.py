@@ -11,8 +11,9 @@ per conversation, its result kept for the other subscribers behind the window: s
 :meth:`LogReader.older`), never one Redis call per subscriber.
 
 The reader survives Redis outages: it retries with backoff and resumes from the last id it saw,
-so nothing appended meanwhile is lost. ``on_tick`` (optional) is called every ``tick_seconds``
-while the reader lives: the backend uses it to notice a lost run owner.
+so nothing appended meanwhile is lost. The hub's ``tick`` (optional) is called every
+``tick_seconds`` with the keys of all its readers, in one call: the backend uses it to notice
+a lost run owner.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class _Gap:
 #: Yielded by :meth:`LogReader.follow` when entries after the cursor are gone from Redis.
 GAP: Final = _Gap()
 
-Tick = Callable[[], Awaitable[None]]
+Tick = Callable[[list[ConversationKeys]], Awaitable[None]]
 T = TypeVar("T")
 #: Entries per ``XREAD``: a reader that is behind catches up this many at a time.
 READ_COUNT = 500
@@ -84,8 +85,6 @@ class LogReader:
         *,
         window: int = 1024,
         block_ms: int = 1000,
-        on_tick: Tick | None = None,
-        tick_seconds: float = 1.0,
         owner_local: Callable[[], bool] | None = None,
     ) -> None:
         self.redis = redis
@@ -99,8 +98,6 @@ class LogReader:
         self._resume = asyncio.Event()
         self.window = window
         self.block_ms = block_ms
-        self._on_tick = on_tick
-        self._tick_seconds = tick_seconds
         self._entries: list[Entry] = []
         self._ids: list[tuple[int, int]] = []
         self._base: tuple[int, int] = (0, 0)
@@ -129,7 +126,6 @@ class LogReader:
         self.idle_since = 0.0
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._tick_task: asyncio.Task[None] | None = None
         self.healthy = True
         self.refs = 0
         #: The conversation's incarnation as last seen (kept by the backend); None: none yet.
@@ -151,8 +147,6 @@ class LogReader:
 
     def launch(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"log-reader-{self.keys.tag}")
-        if self._on_tick is not None:
-            self._tick_task = asyncio.create_task(self._ticks(), name=f"tick-{self.keys.tag}")
 
     async def ready(self) -> None:
         """Wait until the reader knows its starting position (or Redis failed to tell it)."""
@@ -169,9 +163,8 @@ class LogReader:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in (self._task, self._tick_task):
-            await stop_task(task)
-        self._task = self._tick_task = None
+        await stop_task(self._task)
+        self._task = None
         self._notify()
 
     @property
@@ -340,17 +333,6 @@ class LogReader:
         self._clear_window(parse_id(first))
         log.warning("log reader %s fell behind retention; cursors before %s", self.keys.tag, first)
 
-    async def _ticks(self) -> None:
-        assert self._on_tick is not None
-        while not self._stopping:
-            await asyncio.sleep(self._tick_seconds)
-            try:
-                await self._on_tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("reader tick %s: %s", self.keys.tag, exc)
-
     def window_after(self, cursor: tuple[int, int]) -> list[Entry] | None:
         """Entries after ``cursor`` from the window, or None when the window does not cover it."""
         if cursor < self._base:
@@ -461,7 +443,7 @@ class ReaderHub:
         *,
         window: int = 1024,
         linger_seconds: float = 5.0,
-        tick: Callable[[ConversationKeys], Awaitable[None]] | None = None,
+        tick: Tick | None = None,
         tick_seconds: float = 1.0,
         owns: Callable[[str], bool] | None = None,
     ) -> None:
@@ -472,6 +454,9 @@ class ReaderHub:
         self.linger = linger_seconds
         self._tick = tick
         self._tick_seconds = tick_seconds
+        #: Calls ``tick`` for all readers while there are any (one call per tick, not one
+        #: task and one round trip per reader: 4 % of a Redis gateway's CPU at 80 readers).
+        self._ticker: asyncio.Task[None] | None = None
         self._readers: dict[str, LogReader] = {}
         self._stoppers: dict[str, asyncio.TimerHandle] = {}
         self._lock = asyncio.Lock()
@@ -504,18 +489,17 @@ class ReaderHub:
                 handle.cancel()
             reader = self._readers.get(keys.tag)
             if reader is None:
-                tick = self._tick
                 reader = LogReader(
                     self.redis,
                     self.log,
                     keys,
                     window=self.window,
-                    on_tick=(lambda: tick(keys)) if tick is not None else None,
-                    tick_seconds=self._tick_seconds,
                     owner_local=self._owner_local(keys.tag),
                 )
                 reader.launch()
                 self._readers[keys.tag] = reader
+                if self._tick is not None and self._ticker is None:
+                    self._ticker = asyncio.create_task(self._ticks(), name="reader-ticks")
             reader.refs += 1
         try:  # outside the hub's lock: a slow Redis delays this conversation only
             await reader.ready()
@@ -523,6 +507,24 @@ class ReaderHub:
             self.release(reader)
             raise
         return reader
+
+    async def _ticks(self) -> None:
+        assert self._tick is not None
+        try:
+            while self._readers:
+                await asyncio.sleep(self._tick_seconds)
+                keys = [reader.keys for reader in self._readers.values()]
+                if not keys:
+                    break
+                try:
+                    await self._tick(keys)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("reader tick of %d conversations: %s", len(keys), exc)
+        finally:
+            if self._ticker is asyncio.current_task():
+                self._ticker = None
 
     def _owner_local(self, tag: str) -> Callable[[], bool] | None:
         owns = self._owns
@@ -579,6 +581,8 @@ class ReaderHub:
             self._stoppers.clear()
             readers = list(self._readers.values())
             self._readers.clear()
+        ticker, self._ticker = self._ticker, None
+        await stop_task(ticker)
         for reader in readers:
             await reader.stop()
 

@@ -28,7 +28,7 @@ from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["LeanPipeline", "LeanPool", "LeanRedis", "send_without_task"]
+__all__ = ["LeanPipeline", "LeanPool", "LeanRedis", "has_unread_data", "send_without_task"]
 
 
 class _SendWithoutTask(AbstractConnection):
@@ -71,7 +71,7 @@ def send_without_task(pool: ConnectionPool) -> None:
     pool.connection_class = cast(type[AbstractConnection], type(name, (_SendWithoutTask, base), {}))
 
 
-def _has_data(connection: AbstractConnection) -> bool:
+def has_unread_data(connection: AbstractConnection) -> bool:
     """Bytes received and not read (a reply nobody waited for): the full path's checkout
     reconnects such a connection."""
     stream = getattr(connection, "_reader", None)
@@ -88,7 +88,7 @@ class LeanPool(BlockingConnectionPool):
         """The most recently used idle connection, if it is connected; else None (the caller
         takes the full path, which connects one)."""
         available = self._available_connections
-        if not available or not available[-1].is_connected or _has_data(available[-1]):
+        if not available or not available[-1].is_connected or has_unread_data(available[-1]):
             return None
         connection = available.pop()
         self._in_use_connections.add(connection)

@@ -59,8 +59,8 @@ class InstrumentedBackend(Backend):
         return self._inner
 
     @property
-    def appends_in_process(self) -> bool:  # type: ignore[override]
-        return self._inner.appends_in_process
+    def inline_appends(self) -> bool:  # type: ignore[override]
+        return self._inner.inline_appends
 
     def _children(self, op: str, timed: bool) -> tuple[Counter, Histogram | None]:
         children = self._ops.get(op)
