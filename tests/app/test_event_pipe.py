@@ -188,6 +188,26 @@ async def test_an_in_process_backend_is_written_inline_when_reads_come_apart(
     assert snapshot is not None and snapshot.cursor == logged[-1].cursor
 
 
+async def test_an_inline_write_that_suspends_holds_the_runner_until_it_lands() -> None:
+    """A backend whose inline appends take a round trip (Redis): the put of a slow stream's
+    read waits for its write, in the runner's task (no drain task), and logs it in order."""
+    backend = await _backend()
+    backend.inline_appends = True
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend)
+    tasks = len(asyncio.all_tasks())
+    put = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 0, "run.started"))))
+    await eventually(lambda: backend.batches == [1], what="the write in flight")
+    assert not put.done()
+    assert len(asyncio.all_tasks()) == tasks + 1  # the put itself: no drain task
+    backend.gate.set()
+    await put
+    assert [e.decoded()["sequence"] for e in logged] == [0]
+    await pipe.put(LogItem.of_event(event("r1", 1, "x")))
+    await pipe.flush()
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1]
+
+
 async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

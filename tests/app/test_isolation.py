@@ -76,13 +76,19 @@ async def gw(start_gateway: StartGateway) -> RunningGateway:
     return await start_gateway(settings, providers={"demo": ScriptedProvider()})
 
 
+def _waiting(state: dict[str, Any]) -> bool:
+    """Alice's run waits: its approval is requested and its app tool handed over (running),
+    the last events of its script (each may be its own write, so seen one after the other)."""
+    agent = state["agentState"]
+    tools = [tool["status"] for tool in agent.get("toolCalls", {}).values()]
+    return "a1" in str(agent.get("approvals", {})) and tools == ["running"]
+
+
 async def test_other_principal_sees_a_never_used_key_on_every_route(gw: RunningGateway) -> None:
     async with gw.client(headers=_auth(ALICE)) as alice, gw.client(headers=_auth(BOB)) as bob:
         accepted = await start_run(alice, KEY, "apptool:t1 approval:a1")
         run_id = accepted["runId"]
-        before = await wait_state(
-            alice, KEY, lambda s: "a1" in str(s["agentState"].get("approvals", {}))
-        )
+        before = await wait_state(alice, KEY, _waiting)
         assert before["activeRunId"] == run_id
 
         for method, path, body in _routes(run_id):
