@@ -353,5 +353,26 @@ def _stall_idempotent_answers(backend: Any, marker: str) -> None:
     backend.idempotency_put = idempotency_put
 
 
+class MuteRedis:
+    """A loopback server that answers ``+OK`` to every command until ``mute``, then nothing."""
+
+    def __init__(self) -> None:
+        self.mute = False
+        self.commands = 0
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            if line.startswith(b"*"):  # a command's array header (our test commands' only one)
+                self.commands += 1
+                if not self.mute:
+                    writer.write(b"+OK\r\n")
+        writer.close()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+
 if __name__ == "__main__":
     _serve()

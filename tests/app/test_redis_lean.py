@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
 from app.backends.redis.lean import LeanPipeline, LeanPool, LeanRedis
-from tests.app.redis_support import SHARED_REDIS_URL, private_redis
+from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
 
 
 @pytest.fixture
@@ -211,3 +216,36 @@ async def test_new_connections_do_not_read_the_package_metadata_again(
     finally:
         await client.aclose()
     assert lookups <= 1  # 1 when no client was made before in this process
+
+
+async def test_a_command_without_a_reply_times_out_by_the_pools_one_watchdog() -> None:
+    """A command sent the lean way has no timer of its own: the pool's watchdog aborts its
+    connection at the socket timeout, and the command takes redis-py's path (retried as
+    configured), which times out too: an error within the timeouts, never a hang."""
+    mute = MuteRedis()
+    port = await mute.start()
+    pool = LeanPool.from_url(
+        f"redis://127.0.0.1:{port}/0",
+        socket_timeout=0.3,
+        retry=Retry(NoBackoff(), 1),
+        retry_on_error=[RedisTimeoutError, RedisConnectionError],
+    )
+    client = LeanRedis.from_pool(pool)
+    try:
+        assert await client.execute_command("GET", "k") == b"OK"  # connects: one idle after
+        mute.mute = True
+        sent = mute.commands
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError):
+            await asyncio.wait_for(client.execute_command("GET", "k"), 5)
+        elapsed = time.monotonic() - started
+        assert pool.deadlines.expired == 1  # the lean attempt, aborted by the watchdog
+        assert 0.9 <= elapsed < 4  # 0.3 s lean, then redis-py's two attempts of 0.3 s
+        assert mute.commands == sent + 3
+        mute.mute = False
+        assert await client.execute_command("GET", "k") == b"OK"
+        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)  # type: ignore[attr-defined]
+    finally:
+        await client.aclose()
+        assert mute.server is not None
+        mute.server.close()

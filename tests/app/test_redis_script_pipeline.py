@@ -19,6 +19,7 @@ from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.script_pipeline import ScriptPipeline
 from tests.app.redis_support import (
     SHARED_REDIS_URL,
+    MuteRedis,
     prefix,
     private_redis,
     redis,
@@ -181,31 +182,10 @@ async def _dropped(pipeline: ScriptPipeline, wire: object) -> bool:
     return pipeline._wire is not wire
 
 
-class _MuteRedis:
-    """A loopback server that answers ``+OK`` to every command until ``mute``, then nothing."""
-
-    def __init__(self) -> None:
-        self.mute = False
-        self.commands = 0
-        self.server: asyncio.Server | None = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while line := await reader.readline():
-            if line.startswith(b"*"):  # a command's array header (our test commands' only one)
-                self.commands += 1
-                if not self.mute:
-                    writer.write(b"+OK\r\n")
-        writer.close()
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-
 async def test_a_round_trip_without_a_reply_times_out_after_the_socket_timeout() -> None:
     """The held connection's timeout is applied per round trip: a silent server fails the call
     with redis-py's TimeoutError (retried as configured), never a hang."""
-    mute = _MuteRedis()
+    mute = MuteRedis()
     port = await mute.start()
     pool = BlockingConnectionPool.from_url(
         f"redis://127.0.0.1:{port}/0",
