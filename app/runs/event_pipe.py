@@ -79,6 +79,10 @@ class EventPipe:
             except Exception as exc:
                 self.error = exc  # raised at the next put, like a failed drain
                 return
+            finally:
+                # The gap is counted from the write's end: a read that waited for a round trip
+                # (a fast stream) goes to the drain task, so reads and writes overlap again.
+                self._last_put = asyncio.get_running_loop().time()
             self._on_logged(entries)
             return
         self._items.extend(items)

@@ -208,6 +208,32 @@ async def test_an_inline_write_that_suspends_holds_the_runner_until_it_lands() -
     assert [e.decoded()["sequence"] for e in logged] == [0, 1]
 
 
+async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gap is counted from the end of the inline write: a fast stream whose read waited
+    for a slow write is batched by the drain task (reads and writes overlap), not written
+    inline read after read."""
+    backend = await _backend()
+    backend.inline_appends = True
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend)
+    clock = loop_clock(monkeypatch)
+    put = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 0, "run.started"))))
+    for _ in range(10):  # no timer may fire while the loop's clock is frozen: turns only
+        await asyncio.sleep(0)
+    assert backend.batches == [1] and not put.done()  # written inline, in flight
+    clock.advance(INLINE_GAP_SECONDS * 5)  # a slow round trip
+    backend.gate.set()
+    await put
+    await pipe.put(LogItem.of_event(event("r1", 1, "x")))  # read at once after it
+    assert backend.batches == [1]  # queued for the drain task, not written inline
+    monkeypatch.undo()
+    await pipe.flush()
+    assert backend.batches == [1, 1]
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1]
+
+
 async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from app.backends.redis import redis_client
 from app.backends.redis.claims import Ownership
 from app.backends.redis.control import Control, ControlBus, OwnerInbox
 from app.backends.redis.eventlog import (
@@ -28,7 +29,7 @@ from app.backends.redis.eventlog import (
 )
 from app.backends.redis.fanout import GAP, ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
-from tests.app.redis_support import prefix, redis
+from tests.app.redis_support import SHARED_REDIS_URL, prefix, redis
 from tests.support import eventually, eventually_async
 
 __all__ = ["prefix", "redis"]  # fixtures
@@ -463,13 +464,35 @@ async def test_a_reader_used_again_within_its_linger_stops_a_linger_after_its_la
         last_release = loop.time()
         assert hub._stoppers[keys.tag] is first
         await eventually(lambda: hub.readers == {}, what="the reader stops")
-        assert reader._task is None  # stopped, not just forgotten
+        await eventually(lambda: reader._task is None, what="stopped, not just forgotten")
         # The first timer found it idle for less than the linger and was armed again; the
         # stop came a linger after the last release (timers may fire up to 1 ms early).
         assert len(fires) >= 2 and all(running for _, running in fires)
         assert fires[-1][0] >= last_release + 0.3 - 0.002
     finally:
         await hub.close()
+
+
+async def test_a_reader_that_lingers_out_lets_its_blocking_read_end_and_keeps_the_connection(
+    prefix: str,
+) -> None:
+    """Its blocking ``XREAD`` is let end by itself (within ``block_ms``), not cancelled:
+    redis-py drops a connection whose reply it stopped reading, and the next command would
+    connect again (one connection per conversation whose reader lingered out)."""
+    client = redis_client(SHARED_REDIS_URL)
+    hub = ReaderHub(client, EventLog(client, max_len=1000), linger_seconds=0.05)
+    try:
+        pool = client.connection_pool
+        reader = await hub.acquire(keys_for(prefix, "linger-out"))
+        await eventually(lambda: len(pool._in_use_connections) == 1, what="its XREAD blocks")  # type: ignore[attr-defined]
+        hub.release(reader)
+        await eventually(lambda: reader._task is None, what="the reader stopped")
+        assert not pool._in_use_connections  # type: ignore[attr-defined]
+        idle = pool._available_connections  # type: ignore[attr-defined]
+        assert idle and all(connection.is_connected for connection in idle)
+    finally:
+        await hub.close()
+        await client.aclose()
 
 
 def test_batch_nonces_are_unique_and_a_forked_process_draws_its_own() -> None:

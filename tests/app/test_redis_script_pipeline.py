@@ -212,3 +212,20 @@ async def test_a_round_trip_without_a_reply_times_out_after_the_socket_timeout()
         await client.aclose()
         assert mute.server is not None
         mute.server.close()
+
+
+async def test_a_call_that_cannot_be_packed_fails_alone_and_the_next_is_answered(
+    prefix: str,
+) -> None:
+    """An argument hiredis cannot pack fails its call (not the pipeline, never a hang)."""
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        pipeline = ScriptPipeline(client, client.register_script("return ARGV[1]"))
+        assert await pipeline.call([f"{prefix}:k"], ["a"]) == b"a"  # connected, driven directly
+        assert pipeline._wire is not None
+        with pytest.raises(TypeError):
+            await asyncio.wait_for(pipeline.call([f"{prefix}:k"], [object()]), 5)
+        assert await pipeline.call([f"{prefix}:k"], ["b"]) == b"b"
+        await pipeline.aclose()
+    finally:
+        await client.aclose()

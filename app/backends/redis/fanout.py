@@ -57,6 +57,8 @@ T = TypeVar("T")
 READ_COUNT = 500
 #: Entries per catch-up read (``XRANGE``) for subscribers behind the window.
 CATCH_UP_COUNT = 1000
+#: How much longer than one blocking read a lingered-out reader is given to end by itself.
+STOP_GRACE_MARGIN = 0.5
 
 
 class SinkWait:
@@ -161,11 +163,21 @@ class LogReader:
         self.launch()
         await self.ready()
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop reading. ``grace``: first let a blocking read in flight end by itself (it
+        does within ``block_ms``), for at most that long: a read cut off costs its connection
+        (redis-py drops a connection whose reply it stopped reading; the next command
+        connects again, ~1 ms of CPU: one per conversation whose reader lingered out)."""
         self._stopping = True
-        await stop_task(self._task)
-        self._task = None
-        self._notify()
+        task = self._task
+        try:
+            if grace > 0 and task is not None and not task.done():
+                self._resume.set()  # a reader fed by the local owner ends at once
+                await asyncio.wait([task], timeout=grace)
+        finally:
+            await stop_task(task)
+            self._task = None
+            self._notify()
 
     @property
     def signal(self) -> asyncio.Event:
@@ -560,9 +572,12 @@ class ReaderHub:
 
     async def _stop_idle(self, reader: LogReader) -> None:
         async with self._lock:
-            if reader.refs <= 0 and self._readers.get(reader.keys.tag) is reader:
-                del self._readers[reader.keys.tag]
-                await reader.stop()
+            if reader.refs > 0 or self._readers.get(reader.keys.tag) is not reader:
+                return
+            del self._readers[reader.keys.tag]
+        # Outside the lock (a new reader of the conversation may start meanwhile): its
+        # blocking read ends by itself, and its connection goes back to the pool.
+        await reader.stop(grace=reader.block_ms / 1000 + STOP_GRACE_MARGIN)
 
     async def drop(self, keys: ConversationKeys) -> None:
         """Stop the conversation's reader now (conversation deleted)."""
@@ -583,8 +598,13 @@ class ReaderHub:
             self._readers.clear()
         ticker, self._ticker = self._ticker, None
         await stop_task(ticker)
+        for stopping in list(self._bg):  # readers lingering out: stopped now
+            stopping.cancel()
         for reader in readers:
             await reader.stop()
+        for stopping in list(self._bg):
+            with contextlib.suppress(BaseException):
+                await stopping
 
     async def subscribe(
         self, keys: ConversationKeys, after: str

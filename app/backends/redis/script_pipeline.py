@@ -136,11 +136,24 @@ class ScriptPipeline:
                 self._slowly(batch, None), name="redis-script-pipeline"
             )
             return
+        loop = asyncio.get_running_loop()
+        try:
+            data = self._packed(batch)
+        except Exception as exc:  # an argument hiredis cannot pack: these calls fail, not hang
+            for c in batch:
+                if not c.done.done():
+                    c.done.set_exception(exc)
+            if self._pending and self._flush_soon is None:
+                self._flush_soon = loop.call_soon(self._flush)
+            return
         self._batch, self._replies = batch, []
         self.round_trips += 1
-        wire.transport.writelines(self._packed(batch))
+        try:
+            wire.transport.writelines(data)
+        except Exception as exc:  # the transport refused it (closed meanwhile)
+            self._abandon(RedisConnectionError(f"Error while writing: {exc}"))
+            return
         if self._timeout is not None:
-            loop = asyncio.get_running_loop()
             self._deadline = loop.time() + self._timeout
             if self._watchdog is None:
                 self._watchdog = loop.call_at(self._deadline, self._watch)
