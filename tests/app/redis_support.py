@@ -18,13 +18,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
 import pytest
 import uvicorn
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -32,6 +34,8 @@ from starlette.routing import Route
 
 from tests.loopback_asgi import serve_asgi
 from tests.support import free_port
+
+PoolT = TypeVar("PoolT", bound=ConnectionPool)
 
 SHARED_REDIS_URL = os.environ.get("AGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -360,6 +364,7 @@ class MuteRedis:
         self.mute = False
         self.commands = 0
         self.server: asyncio.Server | None = None
+        self.port = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while line := await reader.readline():
@@ -371,7 +376,18 @@ class MuteRedis:
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        return self.port
+
+    def pool(self, kind: type[PoolT], *retry_on: type[Exception]) -> PoolT:
+        """A pool of ``kind`` on this server (started): a 0.3 s socket timeout, one retry of
+        the errors ``retry_on``."""
+        return kind.from_url(
+            f"redis://127.0.0.1:{self.port}/0",
+            socket_timeout=0.3,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=list(retry_on),
+        )
 
 
 if __name__ == "__main__":

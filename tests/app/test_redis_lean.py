@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -223,13 +221,8 @@ async def test_a_command_without_a_reply_times_out_by_the_pools_one_watchdog() -
     connection at the socket timeout, and the command takes redis-py's path (retried as
     configured), which times out too: an error within the timeouts, never a hang."""
     mute = MuteRedis()
-    port = await mute.start()
-    pool = LeanPool.from_url(
-        f"redis://127.0.0.1:{port}/0",
-        socket_timeout=0.3,
-        retry=Retry(NoBackoff(), 1),
-        retry_on_error=[RedisTimeoutError, RedisConnectionError],
-    )
+    await mute.start()
+    pool = mute.pool(LeanPool, RedisTimeoutError, RedisConnectionError)
     client = LeanRedis.from_pool(pool)
     try:
         assert await client.execute_command("GET", "k") == b"OK"  # connects: one idle after

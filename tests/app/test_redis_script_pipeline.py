@@ -8,8 +8,6 @@ import time
 import orjson
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
@@ -186,13 +184,8 @@ async def test_a_round_trip_without_a_reply_times_out_after_the_socket_timeout()
     """The held connection's timeout is applied per round trip: a silent server fails the call
     with redis-py's TimeoutError (retried as configured), never a hang."""
     mute = MuteRedis()
-    port = await mute.start()
-    pool = BlockingConnectionPool.from_url(
-        f"redis://127.0.0.1:{port}/0",
-        socket_timeout=0.3,
-        retry=Retry(NoBackoff(), 1),
-        retry_on_error=[RedisTimeoutError],
-    )
+    await mute.start()
+    pool = mute.pool(BlockingConnectionPool, RedisTimeoutError)
     client = Redis.from_pool(pool)
     try:
         pipeline = ScriptPipeline(client, client.register_script("return 1"))
