@@ -9,6 +9,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
-from app.backends.redis.lean import LeanPipeline, LeanPool, LeanRedis
+from app.backends.redis.lean import Deadlines, LeanPipeline, LeanPool, LeanRedis
 from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
 
 
@@ -242,3 +243,31 @@ async def test_a_command_without_a_reply_times_out_by_the_pools_one_watchdog() -
         await client.aclose()
         assert mute.server is not None
         mute.server.close()
+
+
+def test_the_watchdog_arms_a_timer_on_each_loop_it_is_used_on() -> None:
+    """A pool used again on another event loop (its first loop closed with a timer pending)
+    still times its commands out: the watchdog arms a timer on the loop it is used on."""
+    deadlines = Deadlines()
+    aborted: list[str] = []
+
+    class Connection:  # what the watchdog uses of one: hashable, like redis-py's
+        def __init__(self, name: str) -> None:
+            self.socket_timeout: float | None = 0.05
+            self._writer = SimpleNamespace(
+                transport=SimpleNamespace(abort=lambda: aborted.append(name))
+            )
+
+    def connection(name: str) -> Any:
+        return Connection(name)
+
+    async def first() -> None:
+        deadlines.watch(connection("first"))  # its timer is still pending when the loop closes
+
+    async def second() -> None:
+        deadlines.watch(connection("second"))
+        await asyncio.sleep(0.3)
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert "second" in aborted

@@ -101,6 +101,9 @@ class Deadlines:
     def __init__(self) -> None:
         self._due: dict[AbstractConnection, float] = {}
         self._timer: asyncio.TimerHandle | None = None
+        #: The loop the timer runs on: a pool used again on another loop (a test's next one)
+        #: arms a timer of its own there.
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Connections aborted for a command past its deadline, for tests.
         self.expired = 0
 
@@ -114,7 +117,8 @@ class Deadlines:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         self._due[connection] = deadline
-        if self._timer is None:
+        if self._timer is None or self._loop is not loop:
+            self._loop = loop
             self._timer = loop.call_at(deadline, self._check)
         return timeout
 
