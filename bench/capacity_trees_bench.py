@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -41,20 +40,6 @@ class Sample:
     complete: bool
 
 
-def _user_sys(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
-def _gateway(tree: Path, backend: str, upstream: procs.Server, redis_url: str) -> procs.Server:
-    port = procs.free_port()
-    config = procs.gateway_config(upstream.url, backend=backend, redis_url=redis_url)
-    serve = tree / "bench" / "harness" / "serve.py"
-    args = [sys.executable, str(serve), "gateway", "--port", str(port), "--config", config]
-    return procs.start_process(f"gateway {tree}", args, port, cwd=tree)
-
-
 async def measure(
     gateways: dict[str, procs.Server],
     redis: procs.RedisProcess,
@@ -67,10 +52,10 @@ async def measure(
         await step(server, min(c, 10), 5, 50)
     for _ in range(rounds):
         for name, server in gateways.items():
-            user, system = _user_sys(server.pid)
+            user, system = procs.pid_user_system_seconds(server.pid)
             redis_before = redis.cpu_seconds()
             s = await step(server, c, deltas, 50)
-            user_after, system_after = _user_sys(server.pid)
+            user_after, system_after = procs.pid_user_system_seconds(server.pid)
             out[name].append(
                 Sample(
                     user_after - user,
@@ -100,11 +85,15 @@ def main() -> None:
         gateways: dict[str, procs.Server] = {}
         for n, tree in enumerate(trees):
             name = f"{chr(65 + n)} {args.backend}"
-            gateways[name] = _gateway(tree, args.backend, upstream, redis.url)
+            gateways[name] = procs.start_tree_gateway(
+                tree, procs.gateway_config(upstream.url, backend=args.backend, redis_url=redis.url)
+            )
             exits.callback(gateways[name].stop)
         if args.backend != "memory":
             name = f"{chr(64 + len(trees))} memory"
-            gateways[name] = _gateway(trees[-1], "memory", upstream, redis.url)
+            gateways[name] = procs.start_tree_gateway(
+                trees[-1], procs.gateway_config(upstream.url, backend="memory", redis_url=redis.url)
+            )
             exits.callback(gateways[name].stop)
         for c in (int(x) for x in args.cs.split(",")):
             samples = uvloop.run(measure(gateways, redis, c, args.rounds, args.deltas))

@@ -119,11 +119,7 @@ async def one_round(server: procs.Server, samples: Samples, n: int, c: int, chun
 
 def _start_gateway(tree: Path, upstream: procs.Server) -> procs.Server:
     """A gateway process importing the app from ``tree`` (its own ``bench/harness/serve.py``)."""
-    port = procs.free_port()
-    serve = tree / "bench" / "harness" / "serve.py"
-    config = procs.gateway_config(upstream.url)
-    args = [sys.executable, str(serve), "gateway", "--port", str(port), "--config", config]
-    return procs.start_process(f"gateway {tree}", args, port, cwd=tree)
+    return procs.start_tree_gateway(tree, procs.gateway_config(upstream.url))
 
 
 async def measure(

@@ -142,6 +142,15 @@ def start_process(
     raise RuntimeError(f"{kind} server did not become ready")
 
 
+def start_tree_gateway(tree: Path, config: str) -> Server:
+    """A gateway process importing the app from source tree ``tree`` (its own
+    ``bench/harness/serve.py``, run in it): a before/after comparison on one machine."""
+    port = free_port()
+    serve = tree / "bench" / "harness" / "serve.py"
+    args = [sys.executable, str(serve), "gateway", "--port", str(port), "--config", config]
+    return start_process(f"gateway {tree}", args, port, cwd=tree)
+
+
 @contextlib.contextmanager
 def servers(*items: Server) -> Iterator[None]:
     try:
@@ -214,10 +223,15 @@ def gateway_config(
     return path
 
 
+def pid_user_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
 def pid_cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return sum(pid_user_system_seconds(pid))
 
 
 class RedisProcess:
