@@ -105,6 +105,13 @@ class EventPipe:
                     self.error = exc
                     break
                 self._on_logged(entries)
+                if self._items:
+                    # Items came in while the write was in flight: the producer runs beside
+                    # it (a write that suspends: Redis). One loop turn lets it add what it
+                    # has ready, so a stream that hands over one event per turn still goes in
+                    # batches as the round trip gets shorter. Never taken on memory, whose
+                    # writes do not suspend.
+                    await asyncio.sleep(0)
         finally:
             self._items.clear()
             self._task = None
