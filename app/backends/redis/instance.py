@@ -164,14 +164,18 @@ class RedisInstance:
 
     def log_entry(self, inc: str, entry: Entry) -> LogEntry:
         """The shared LogEntry of a stream entry (its frames are built once per instance)."""
-        cached = entry.cache
-        if isinstance(cached, LogEntry) and cached.cursor.startswith(inc + "."):
-            return cached
+        if entry.inc == inc:
+            made: LogEntry = entry.cache
+            return made
         kind: Literal["event", "extension"] = "event" if entry.kind == KIND_EVENT else "extension"
-        made = LogEntry(
-            make_cursor(inc, entry.id), kind, entry.data, entry.type or None, entry.run_id or None
+        made = LogEntry.of_logged(
+            make_cursor(inc, entry.id).encode(),
+            kind,
+            entry.data,
+            entry.type or None,
+            entry.run_id or None,
         )
-        entry.cache = made
+        entry.cache, entry.inc = made, inc
         return made
 
     async def holder(self, keys: ConversationKeys) -> Token | None:
