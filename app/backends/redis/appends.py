@@ -23,6 +23,7 @@ from app.backends.types import ConversationRef, LogEntry, LogItem
 __all__ = ["RedisAppends"]
 
 Fold = Callable[[ConversationState], None]
+_new_entry = object.__new__
 
 
 def _logged(
@@ -39,7 +40,8 @@ def _logged(
     made: list[LogEntry] = []
     positions: list[tuple[int, int]] = []
     for sid, (kind, data, type_, run_id) in zip(ids, items, strict=True):
-        entry = Entry(sid, kind, data, type_, run_id)
+        entry = _new_entry(Entry)  # Entry's fields set here: no __init__ frame per event
+        entry.id, entry.kind, entry.data, entry.type, entry.run_id = sid, kind, data, type_, run_id
         entry.cache = log_entry = of_logged(
             prefix + sid.encode(),
             "event" if kind == KIND_EVENT else "extension",

@@ -190,8 +190,7 @@ class EventLog:
             snapshot.cursor if snapshot is not None else ZERO_ID,
             len(items),
         ]
-        for item in items:
-            args.extend((item.kind, item.data, item.type, item.run_id))
+        args += itertools.chain.from_iterable(items)  # (kind, data, type, run id) each
         args.append(new_nonce() if nonce is None else nonce)
         try:
             res = await self._append.call(_append_keys(keys), args)
@@ -199,7 +198,7 @@ class EventLog:
             if "FENCED" in str(exc):
                 raise Fenced(token) from None
             raise
-        return [_s(x) for x in res]
+        return [x.decode() if type(x) is bytes else str(x) for x in res]
 
     async def aclose(self) -> None:
         """Hand back the connection the appends hold (before the client's pool closes)."""
