@@ -241,15 +241,41 @@ async def test_a_claim_given_up_before_it_was_used_takes_its_answer_with_it(
     ref = ConversationRef("alice", "given-up")
     await a.create_conversation(ref, meta())
 
-    async def unreachable(*_: Any) -> None:
+    def unreachable(*_: Any) -> None:  # the first step after the claim
         raise ConnectionError("Redis went away after the claim")
 
-    monkeypatch.setattr(a.ownership, "mark", unreachable)
+    monkeypatch.setattr(a.ownership, "mark_in", unreachable)
     with pytest.raises(ApiError) as refused:
         await a.claim_run(ref, Control("r1"), _answer("r1", "started"))
     assert refused.value.code == "backend_unavailable"
     assert await b.active_run(ref) is None  # the slot was released...
     assert await b.accepted_answer(ref, "key:r1") is None  # ...and the answer with it
+
+
+async def test_a_released_run_is_unmarked_and_wakes_the_runs_waiting_on_every_instance(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    """The release's tidying (one round trip: unmark, expiry, wake-up) does all three, and
+    only once the run is no longer the instance's own."""
+    a, b = pair
+    ref = ConversationRef("alice", "turns")
+    keys = a.keys(ref)
+    index = a.ownership.index_key(keys.prefix)
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    assert await a.redis.zscore(index, keys.tag) is not None  # marked by the claim
+    waiters = [asyncio.create_task(x.wait_run_slot(ref, 30.0)) for x in (a, b)]
+
+    async def b_listens() -> bool:
+        ((_, count),) = await b.redis.pubsub_numsub(keys.turn)
+        return int(count) >= 1
+
+    await eventually_async(b_listens, what="B subscribed to the slot's turn")
+    await a.release_run(ref, "r1")
+    assert keys.tag not in a.instance.owned
+    await asyncio.wait_for(asyncio.gather(*waiters), 5.0)  # woken, not timed out (30 s)
+    assert await a.redis.zscore(index, keys.tag) is None
+    assert await b.claim_run(ref, Control("r2"))  # the slot is free for any instance
 
 
 async def test_read_of_an_unknown_position_and_empty_cursor(

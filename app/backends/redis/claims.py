@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import CLAIM, RELEASE, RENEW, TAKEOVER
@@ -98,8 +99,18 @@ class Ownership:
 
     async def mark(self, keys: ConversationKeys) -> None:
         """Record (or push back) the moment this conversation's lease would lapse."""
-        deadline = time.time() * 1000 + self.lease_ttl_ms
-        await self.redis.zadd(self.index_key(keys.prefix), {keys.tag: deadline})
+        await self.redis.zadd(self.index_key(keys.prefix), self._lapses_at(keys))
+
+    def mark_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
+        """:meth:`mark` as one command of ``pipe``."""
+        pipe.zadd(self.index_key(keys.prefix), self._lapses_at(keys))
+
+    def _lapses_at(self, keys: ConversationKeys) -> dict[str, float]:
+        return {keys.tag: time.time() * 1000 + self.lease_ttl_ms}
+
+    def unmark_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
+        """:meth:`unmark` as one command of ``pipe``."""
+        pipe.zrem(self.index_key(keys.prefix), keys.tag)
 
     async def unmark(self, keys: ConversationKeys) -> None:
         await self.redis.zrem(self.index_key(keys.prefix), keys.tag)

@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from typing import Any, Literal
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from app.backends.redis.adoption import Adoption
@@ -145,6 +146,19 @@ class RedisInstance:
         with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
             await self.redis.publish(keys.turn, "freed")
 
+    async def tidy_released(self, keys: ConversationKeys) -> None:
+        """After our run released the slot, in one round trip, each step best effort (the sweep
+        unmarks a slot without a holder): unmark it, refresh the data's idle expiry, and wake
+        the runs waiting for the slot, here and on other instances."""
+        for freed in self.slot_waiters.get(keys.tag, ()):
+            freed.set()
+        with contextlib.suppress(RedisError, OSError):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                self.ownership.unmark_in(pipe, keys)
+                self._touch_in(pipe, keys)
+                pipe.publish(keys.turn, "freed")
+                await pipe.execute(raise_on_error=False)
+
     async def touch(self, keys: ConversationKeys, *, listed: tuple[str, str] | None = None) -> None:
         """Refresh the idle expiry of the conversation's data (``conversation_ttl_seconds``);
         ``listed`` (index, field): also list it in its principal's index, in the same round trip."""
@@ -153,10 +167,13 @@ class RedisInstance:
         async with self.redis.pipeline(transaction=False) as pipe:
             if listed is not None:
                 pipe.hset(listed[0], listed[1], 1)
-            if self.ttl_ms is not None:
-                for key in (keys.meta, keys.log, keys.snap, keys.fence):
-                    pipe.pexpire(key, self.ttl_ms)
+            self._touch_in(pipe, keys)
             await pipe.execute()
+
+    def _touch_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
+        if self.ttl_ms is not None:
+            for key in (keys.meta, keys.log, keys.snap, keys.fence):
+                pipe.pexpire(key, self.ttl_ms)
 
     async def touch_quietly(self, keys: ConversationKeys) -> None:
         with contextlib.suppress(RedisError, OSError):

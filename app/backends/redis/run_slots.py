@@ -66,11 +66,15 @@ class RedisRunSlots(RunSlots):
             i.tickets.discard(keys, run_id)
             token = Token(claim.holder)
             try:
-                await i.ownership.mark(keys)
-                inc = await i.redis.hget(keys.meta, "inc")
+                # One round trip: the run marked in the index, the incarnation, the snapshot.
+                async with i.redis.pipeline(transaction=False) as pipe:
+                    i.ownership.mark_in(pipe, keys)
+                    pipe.hget(keys.meta, "inc")
+                    pipe.hgetall(keys.snap)
+                    _, inc, snap = await pipe.execute()
                 async with i.states.lock(keys.tag):
                     state = await i.states.load_private(
-                        keys, text(inc) if inc is not None else new_token(6)
+                        keys, text(inc) if inc is not None else new_token(6), snap
                     )
             except BaseException:
                 # Not accepted after all: its answer goes with the claim (if the release fails,
@@ -141,30 +145,33 @@ class RedisRunSlots(RunSlots):
         owned = i.owned.get(keys.tag)
         if owned is None or owned.token.run_id != run_id:
             return
+        released = False
         try:
-            await self._release_owned(keys, owned)
+            released = await self._release_owned(keys, owned)
         finally:
-            await i.slot_freed(keys)
+            # Once the run is no longer ours here: a waiter woken now may claim the slot.
+            if released:
+                await i.tidy_released(keys)
+            else:
+                await i.slot_freed(keys)
 
-    async def _release_owned(self, keys: ConversationKeys, owned: OwnedRun) -> None:
+    async def _release_owned(self, keys: ConversationKeys, owned: OwnedRun) -> bool:
+        """Give the slot up; True when the release landed (the rest is tidying)."""
         i = self._i
         await owned.stop()
         owned.released = True  # snapshot() reads Redis from now on (others may append)
         try:
             if owned.fenced:
-                return
+                return False
             with unavailable():
                 await self._rebuilt(keys, owned)
                 try:
                     snapshot = owned.state.snapshot_write()
                     await owned.writer.append([], release=True, snapshot=snapshot)
                 except Fenced:
-                    return
-            # Released: the rest is tidying (the sweep unmarks a slot without a holder).
-            with contextlib.suppress(RedisError, OSError):
-                await i.ownership.unmark(keys)
-            await i.touch_quietly(keys)
+                    return False
             i.states.remember(keys.tag, owned.state)
+            return True
         finally:
             i.owned.pop(keys.tag, None)
             reader = i.hub.readers.get(keys.tag)

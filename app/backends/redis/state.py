@@ -116,7 +116,14 @@ class StateCache:
         if cached is not None and cached.inc == inc and await self.read_tail(keys, cached):
             self._states.move_to_end(keys.tag)
             return cached
-        snap = await self.redis.hgetall(keys.snap)
+        state = await self._from_snapshot(keys, inc, await self.redis.hgetall(keys.snap))
+        self.remember(keys.tag, state)
+        return state
+
+    async def _from_snapshot(
+        self, keys: ConversationKeys, inc: str, snap: dict[Any, Any]
+    ) -> ConversationState:
+        """The state of the stored snapshot ``snap`` (its hash; empty: none) plus the tail."""
         if snap:
             state = ConversationState(
                 inc,
@@ -133,12 +140,14 @@ class StateCache:
                 keys.tag,
             )
             state.fold(await self.log.read_after(keys, ZERO_ID, count=10**9) or [])
-        self.remember(keys.tag, state)
         return state
 
-    async def load_private(self, keys: ConversationKeys, inc: str) -> ConversationState:
-        """A fresh state that is not cached (for an owner, which advances it itself)."""
+    async def load_private(
+        self, keys: ConversationKeys, inc: str, snap: dict[Any, Any] | None = None
+    ) -> ConversationState:
+        """A fresh state that is not cached (for an owner, which advances it itself);
+        ``snap``: the stored snapshot's hash when the caller already read it."""
         self.forget(keys.tag)
-        state = await self.load(keys, inc)
-        self.forget(keys.tag)
-        return state
+        if snap is None:
+            snap = await self.redis.hgetall(keys.snap)
+        return await self._from_snapshot(keys, inc, snap)
