@@ -278,6 +278,32 @@ async def test_a_released_run_is_unmarked_and_wakes_the_runs_waiting_on_every_in
     assert await b.claim_run(ref, Control("r2"))  # the slot is free for any instance
 
 
+async def test_the_owner_and_any_other_instance_tell_the_same_run_issues(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    """The owner answers ``run_issues`` from its live state; another instance from a
+    snapshot: the same issues, those of the snapshot's state."""
+    a, b = pair
+    ref = ConversationRef("alice", "issues")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    events = run_events("r1", 1)
+    events.append(event("r1", 3, "message.delta", {"messageId": "nope", "delta": "x"}))
+    events.append(event("r1", 2, "run.completed"))  # a sequence already used
+    await a.append_batch(ref, [LogItem.of_checked_event(e) for e in events])
+    snap = await b.snapshot(ref)
+    assert snap is not None
+    expected = [i for i in snap.state["issues"] if i["runId"] == "r1"]
+    assert [i["code"] for i in expected] == ["missing_entity", "invalid_sequence"]
+    assert keys_owned(a, ref)
+    assert await a.run_issues(ref, "r1") == expected == await b.run_issues(ref, "r1")
+    assert await a.run_issues(ref, "r2") == [] == await b.run_issues(ref, "r2")
+
+
+def keys_owned(backend: RedisBackend, ref: ConversationRef) -> bool:
+    return backend.keys(ref).tag in backend.instance.owned
+
+
 async def test_read_of_an_unknown_position_and_empty_cursor(
     pair: tuple[RedisBackend, RedisBackend],
 ) -> None:

@@ -210,6 +210,9 @@ class RedisBackend(Backend):
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.snapshots.snapshot(ref)
 
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        return await self.snapshots.run_issues(ref, run_id)
+
     async def head_cursor(self, ref: ConversationRef) -> str:
         return await self.reads.head_cursor(ref)
 

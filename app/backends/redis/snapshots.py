@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from app.backends.redis.claims import Token
@@ -17,6 +19,14 @@ __all__ = ["RedisSnapshots"]
 class RedisSnapshots(Snapshots):
     def __init__(self, instance: RedisInstance) -> None:
         self._i = instance
+
+    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
+        """The owner of a run answers from its live state (no round trip, no snapshot built:
+        asked once at every run's end); anyone else reads a snapshot."""
+        owned = self._i.owned.get(self._i.keys(ref).tag)
+        if owned is None or owned.fenced or owned.dirty or owned.released or owned.appending:
+            return await super().run_issues(ref, run_id)
+        return [dict(issue) for issue in owned.state.store.issues() if issue["runId"] == run_id]
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         i = self._i
