@@ -28,8 +28,10 @@ class ArchivingBackend(DelegatingBackend):
         #: the run's end, written without delay.
         self._ended: set[ConversationRef] = set()
 
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
-        await self._inner.save_meta(ref, meta)
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
+        await self._inner.save_meta(ref, meta, keep_title=keep_title)
         if ref in self._ended:
             self._ended.discard(ref)
             self._writer.flush(ref)

@@ -280,9 +280,13 @@ class MemoryBackend(Backend):
         conv = self._get(ref)
         return None if conv is None else conv.meta
 
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
         conv = self._get(ref)
         if conv is not None and conv.meta.session_id == meta.session_id:  # same incarnation
+            if keep_title:
+                meta.title = conv.meta.title
             conv.meta = meta
 
     async def delete(self, ref: ConversationRef) -> bool:

@@ -84,9 +84,13 @@ class ConversationStore(Protocol):
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None: ...
 
     @abstractmethod
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
         """Replace the meta of the conversation's incarnation that ``meta.session_id`` names;
-        nothing when the conversation was deleted (or deleted and created again) meanwhile."""
+        nothing when the conversation was deleted (or deleted and created again) meanwhile.
+        ``keep_title``: the stored title stays (a title set meanwhile wins over ``meta``'s,
+        which is updated to it)."""
 
     @abstractmethod
     async def delete(self, ref: ConversationRef) -> bool:

@@ -352,8 +352,5 @@ async def _save_meta_at_end(
 ) -> None:
     """The meta after the run (transcripts, time); a title set (PATCH) meanwhile stays."""
     what = f"saving the meta of run {run_id}"
-    current = await until_available(lambda: backend.get_meta(ref), what)
-    if current is not None:
-        meta.title = current.title
     meta.updated_at = time.time() * 1000
-    await until_available(lambda: backend.save_meta(ref, meta), what)
+    await until_available(lambda: backend.save_meta(ref, meta, keep_title=True), what)

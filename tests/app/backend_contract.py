@@ -263,6 +263,30 @@ class BackendContract:
         assert again.last_input == {"prompt": "hi"}
         assert again.transcripts == {"demo": {"threadId": "t1"}}
 
+    @pytest.mark.parametrize("title", [None, "t", "é/\\\"x\u2028"])
+    async def test_a_meta_saved_keeping_the_title_keeps_a_title_set_meanwhile(
+        self, backend: Backend, title: str | None
+    ) -> None:
+        """What a run's end saves: its own fields, under whatever title was set meanwhile."""
+        ref = ConversationRef("p", "c")
+        await backend.create_conversation(ref, meta())
+        run_meta = await backend.get_meta(ref)
+        assert run_meta is not None
+        patched = await backend.get_meta(ref)
+        assert patched is not None
+        patched.title = title  # a PATCH during the run
+        await backend.save_meta(ref, patched)
+        run_meta.last_run_id = "r1"
+        await backend.save_meta(ref, run_meta, keep_title=True)
+        stored = await backend.get_meta(ref)
+        assert stored is not None
+        assert (stored.title, stored.last_run_id) == (title, "r1")
+        assert run_meta.title == title  # the caller's meta says what was saved
+        run_meta.last_run_id = "r2"  # the title unchanged since: saved as it is
+        await backend.save_meta(ref, run_meta, keep_title=True)
+        stored = await backend.get_meta(ref)
+        assert stored is not None and (stored.title, stored.last_run_id) == (title, "r2")
+
     async def test_restore_seeds_state_once_and_the_log_continues(self, backend: Backend) -> None:
         source = ConversationRef("p", "source")
         await backend.create_conversation(source, meta())

@@ -182,8 +182,10 @@ class RedisBackend(Backend):
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self.conversations.get_meta(ref)
 
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
-        await self.conversations.save_meta(ref, meta)
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
+        await self.conversations.save_meta(ref, meta, keep_title=keep_title)
 
     async def delete(self, ref: ConversationRef) -> bool:
         return await self.conversations.delete(ref)

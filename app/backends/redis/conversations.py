@@ -72,12 +72,21 @@ class RedisConversations(ConversationStore):
             raw = await self._i.redis.hget(self._i.keys(ref).meta, "meta")
         return None if raw is None else ConversationMeta.from_dict(orjson.loads(raw))
 
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
         keys = self._i.keys(ref)
         with unavailable():
-            await self._save_meta(
-                keys=[keys.meta], args=[orjson.dumps(meta.to_dict()), meta.session_id]
-            )
+            args: list[Any] = [orjson.dumps(meta.to_dict()), meta.session_id]
+            if keep_title:  # one round trip while the title did not change (the common case)
+                res = await self._save_meta(
+                    keys=[keys.meta], args=[*args, orjson.dumps(meta.title)]
+                )
+                if not isinstance(res, bytes | str):
+                    return
+                meta.title = orjson.loads(res)
+                args = [orjson.dumps(meta.to_dict()), meta.session_id]
+            await self._save_meta(keys=[keys.meta], args=args)
 
     async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
         index = principal_index_key(ref.principal, self._i.prefix)

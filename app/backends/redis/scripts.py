@@ -182,13 +182,19 @@ redis.call('HSET', KEYS[1], 'inc', ARGV[1], 'meta', ARGV[2], 'ref', ARGV[5])
 return 1
 """
 
-#: KEYS: meta.  ARGV: meta JSON, its session id.  Update the meta of an existing conversation
-#: of the same incarnation (a run of a deleted conversation never writes into a new one, whose
-#: session id differs). -> 1 | 0
+#: KEYS: meta.  ARGV: meta JSON, its session id, and (optional) its title as JSON: then the
+#: meta is saved only while the stored title is that one.  Update the meta of an existing
+#: conversation of the same incarnation (a run of a deleted conversation never writes into a
+#: new one, whose session id differs). -> 1 | 0 | the stored title as JSON (not saved: it
+#: differs from the one given)
 SAVE_META: Final = """
 local stored = redis.call('HGET', KEYS[1], 'meta')
 if not stored then return 0 end
-if cjson.decode(stored)['sessionId'] ~= ARGV[2] then return 0 end
+local current = cjson.decode(stored)
+if current['sessionId'] ~= ARGV[2] then return 0 end
+if ARGV[3] and current['title'] ~= cjson.decode(ARGV[3]) then
+  return cjson.encode(current['title'])
+end
 redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
 """

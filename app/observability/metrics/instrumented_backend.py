@@ -112,8 +112,10 @@ class InstrumentedBackend(Backend):
     async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
         return await self._call("get_meta", self._inner.get_meta(ref))
 
-    async def save_meta(self, ref: ConversationRef, meta: ConversationMeta) -> None:
-        await self._call("save_meta", self._inner.save_meta(ref, meta))
+    async def save_meta(
+        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
+    ) -> None:
+        await self._call("save_meta", self._inner.save_meta(ref, meta, keep_title=keep_title))
 
     async def delete(self, ref: ConversationRef) -> bool:
         return await self._call("delete", self._inner.delete(ref))
