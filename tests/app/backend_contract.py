@@ -263,7 +263,7 @@ class BackendContract:
         assert again.last_input == {"prompt": "hi"}
         assert again.transcripts == {"demo": {"threadId": "t1"}}
 
-    @pytest.mark.parametrize("title", [None, "t", "é/\\\"x\u2028"])
+    @pytest.mark.parametrize("title", [None, "t", 'é/\\"x\u2028'])
     async def test_a_meta_saved_keeping_the_title_keeps_a_title_set_meanwhile(
         self, backend: Backend, title: str | None
     ) -> None:

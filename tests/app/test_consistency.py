@@ -142,15 +142,15 @@ async def test_the_previous_owner_serves_the_next_run_while_it_releases(
     """A released the slot in Redis but is still finishing its release; B starts the next run:
     a GET …/state on A shows B's run (not A's stale live state)."""
     a, b = [await start_gateway(providers={"demo": ScriptedProvider()}) for _ in "AB"]
-    ownership = a.gateway.backend.inner.ownership  # type: ignore[attr-defined]
-    original, entered, hold = ownership.unmark, asyncio.Event(), asyncio.Event()
+    instance = a.gateway.backend.inner.instance  # type: ignore[attr-defined]
+    original, entered, hold = instance.tidy_released, asyncio.Event(), asyncio.Event()
 
-    async def held_unmark(*args: Any, **kwargs: Any) -> None:  # right after the release write
+    async def held_tidy(*args: Any, **kwargs: Any) -> None:  # right after the release write
         entered.set()
         await hold.wait()
         await original(*args, **kwargs)
 
-    ownership.unmark = held_unmark
+    instance.tidy_released = held_tidy
     key = "handover"
     async with a.client() as ca, b.client() as cb:
         await start_run(ca, key, "text:1")
