@@ -69,42 +69,37 @@ def _seen(entry: LogEntry) -> tuple[Any, ...]:
     )
 
 
+EntryFields = tuple[str, Literal["event", "extension"], bytes, str | None, str | None]
+
+
+@st.composite
+def _entry_fields(draw: st.DrawFn) -> EntryFields:
+    """What a log entry is built from: cursor, kind, data, event type, run id (an event, or an
+    extension value holding one)."""
+    cursor, event = draw(_cursors), draw(_events)
+    run_id = draw(st.none() | st.text(max_size=5))
+    if draw(st.booleans()):
+        return cursor, "extension", orjson.dumps({"key": "k", "value": event}), None, run_id
+    return cursor, "event", orjson.dumps(event), str(event["type"]), run_id
+
+
 @settings(deadline=None, max_examples=200)
-@given(
-    cursor=_cursors,
-    event=_events,
-    extension=st.booleans(),
-    run_id=st.none() | st.text(max_size=5),
-)
-def test_a_thawed_entry_is_the_entry_that_was_frozen(
-    cursor: str, event: dict[str, Any], extension: bool, run_id: str | None
-) -> None:
+@given(fields=_entry_fields())
+def test_a_thawed_entry_is_the_entry_that_was_frozen(fields: EntryFields) -> None:
     """``thaw(frozen())`` (the memory backend's cold log) gives back what readers saw of the
     entry: frames, cursor, data, kind, type, run, WebSocket frame."""
-    kind: Literal["event", "extension"] = "extension" if extension else "event"
-    data = orjson.dumps({"key": "k", "value": event} if extension else event)
-    event_type = None if extension else event.get("type")
-    entry = LogEntry(cursor, kind, data, event_type, run_id)
+    entry = LogEntry(*fields)
     assert _seen(LogEntry.thaw(entry.frozen())) == _seen(entry)
 
 
 @settings(deadline=None, max_examples=200)
-@given(
-    cursor=_cursors,
-    event=_events,
-    extension=st.booleans(),
-    run_id=st.none() | st.text(max_size=5),
-)
-def test_an_entry_of_logged_data_is_the_general_one(
-    cursor: str, event: dict[str, Any], extension: bool, run_id: str | None
-) -> None:
+@given(fields=_entry_fields())
+def test_an_entry_of_logged_data_is_the_general_one(fields: EntryFields) -> None:
     """``of_logged`` (the Redis owner's path, from JSON already serialized) builds the very
     entry the general constructor builds, for events and extension values alike."""
-    kind: Literal["event", "extension"] = "extension" if extension else "event"
-    data = orjson.dumps({"key": "k", "value": event} if extension else event)
-    event_type = None if extension else event.get("type")
+    cursor, kind, data, event_type, run_id = fields
     fast = LogEntry.of_logged(cursor.encode(), kind, data, event_type, run_id)
-    assert _seen(fast) == _seen(LogEntry(cursor, kind, data, event_type, run_id))
+    assert _seen(fast) == _seen(LogEntry(*fields))
 
 
 @settings(deadline=None, max_examples=100)
