@@ -1,7 +1,7 @@
 """The direct body read (``providers.transports.http11_body``) against a real server on
-loopback: the bytes of each read, the connection back in the pool after a whole body, httpx's
-errors (cut short, silent), a closed connection after an early stop, and httpx's own path for
-any response it does not know."""
+loopback: the bytes of each read (its chunks joined), the connection back in the pool after a
+whole body, httpx's errors (cut short, silent), a closed connection after an early stop, and
+httpx's own path for any response it does not know."""
 
 from __future__ import annotations
 
@@ -110,6 +110,34 @@ async def test_each_read_is_one_item_with_the_bytes_sent_and_the_connection_is_r
             assert reads == events
         assert server.requests == 2
         assert server.connections == 1  # the first connection went back to the pool
+
+
+async def test_the_chunks_of_one_read_are_one_item() -> None:
+    events = [b"data: %d\n\n" % i for i in range(20)]
+    async with scripted_server() as server, client() as http:
+        url = f"http://127.0.0.1:{server.port}/sse"
+        async with http.stream("POST", url) as response:
+            body = direct_body(response)
+            assert body is not None
+            await server.pieces.put(b"".join(chunk(event) for event in events))  # one write
+            assert await anext(body) == b"".join(events)
+            await server.pieces.put(chunk(b"data: last\n\n") + b"0\r\n\r\n")
+            await server.pieces.put(None)
+            assert [item async for item in body] == [b"data: last\n\n"]
+
+
+async def test_the_chunks_read_before_a_malformed_one_come_before_the_error() -> None:
+    async with scripted_server() as server, client() as http:
+        await server.pieces.put(chunk(b"data: one\n\n") + chunk(b"data: two\n\n") + b"zz\r\n")
+        url = f"http://127.0.0.1:{server.port}/sse"
+        async with http.stream("GET", url) as response:
+            body = direct_body(response)
+            assert body is not None
+            assert await anext(body) == b"data: one\n\ndata: two\n\n"
+            with pytest.raises(httpx.RemoteProtocolError):
+                await anext(body)
+        await server.pieces.put(None)
+        await eventually(lambda: server.closed_by_client == 1)
 
 
 async def test_the_same_bytes_as_httpx_own_body_read() -> None:

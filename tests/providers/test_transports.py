@@ -23,6 +23,7 @@ from providers.errors import (
     UpstreamEventTooLarge,
     UpstreamHTTPError,
     UpstreamIdleTimeout,
+    UpstreamMalformedChunk,
     map_transport_errors,
     to_agent_error,
 )
@@ -52,6 +53,41 @@ def test_sse_parser_bounds_event_size() -> None:
     parser = SSEParser(16)
     with pytest.raises(UpstreamEventTooLarge):
         parser.feed("data: 0123456789\ndata: 0123456789\n")  # lines of one event add up
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("data: a\n\ndata: b\n\ndata: " + "x" * 40 + "\n\n", UpstreamEventTooLarge),
+        ("data: a\n\ndata: b\n\ndata: " + "x" * 40, UpstreamEventTooLarge),  # unterminated
+        ("data: a\n\ndata: b\n\nother: v\n\n", UpstreamMalformedChunk),  # strict fields
+    ],
+)
+def test_sse_parser_keeps_the_events_a_failing_read_completed_first(
+    text: str, error: type[Exception]
+) -> None:
+    parser = SSEParser(16, strict_fields=True)
+    with pytest.raises(error):
+        parser.feed(text)
+    assert [e.data for e in parser.parsed_before_error] == ["a", "b"]
+
+
+async def test_sse_transport_yields_the_events_read_before_an_oversized_one() -> None:
+    """One read holds two events and then one over the limit: the two come out, then the
+    error (a read now carries every chunk that arrived: they must not be lost with it)."""
+    reads = [b"data: a\n\ndata: b\n\ndata: " + b"x" * 40 + b"\n\n"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return _response(reads, "text/event-stream")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        transport = SSETransport(client=client)
+        request = UpstreamRequest("http://up/x", json={}, max_event_bytes=16)
+        got: list[str] = []
+        with pytest.raises(UpstreamEventTooLarge):
+            async for event in transport.open(request, AbortSignal()):
+                got.append(event.data)
+    assert got == ["a", "b"]
 
 
 def test_upstream_request_repr_hides_headers() -> None:
