@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from app.api.errors import ApiError
@@ -521,5 +522,66 @@ async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookup
             results = await asyncio.wait_for(asyncio.gather(*followers), 10)
             assert all([e.cursor for e in r.entries] == [entry.cursor] for r in results)
             assert len(lookups) <= 4, lookups  # not one per follower (50 without sharing)
+        finally:
+            await backend.close()
+
+
+async def test_a_title_set_while_a_run_end_saves_its_meta_is_the_one_kept() -> None:
+    """The run's end saves under the stored title; told another one, it saves again under
+    that one, still only if unchanged: a PATCH landing between those two calls is not
+    overwritten by the title the run's end was just told."""
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        backend = make_backend(prefix)
+        await backend.start()
+        try:
+            ref = ConversationRef("alice", "titles")
+            await backend.create_conversation(ref, meta())
+            run_meta = await backend.get_meta(ref)
+            assert run_meta is not None
+            store = backend.conversations
+            script = store._save_meta
+            patches = iter(["first", "second"])
+
+            async def patched_in_between(**kwargs: Any) -> Any:
+                title = next(patches, None)
+                if title is not None:  # a PATCH before each of the run's calls lands
+                    current = await backend.get_meta(ref)
+                    assert current is not None
+                    current.title = title
+                    await script(
+                        keys=kwargs["keys"],
+                        args=[orjson.dumps(current.to_dict()), current.session_id],
+                    )
+                return await script(**kwargs)
+
+            store._save_meta = patched_in_between  # type: ignore[method-assign]
+            run_meta.last_run_id = "r1"
+            await backend.save_meta(ref, run_meta, keep_title=True)
+            stored = await backend.get_meta(ref)
+            assert stored is not None
+            assert (stored.title, stored.last_run_id) == ("second", "r1")
+        finally:
+            await backend.close()
+
+
+async def test_a_stored_meta_without_a_title_field_is_saved_keeping_no_title() -> None:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        backend = make_backend(prefix)
+        await backend.start()
+        try:
+            ref = ConversationRef("alice", "untitled")
+            await backend.create_conversation(ref, meta())
+            run_meta = await backend.get_meta(ref)
+            assert run_meta is not None
+            stored = run_meta.to_dict()
+            del stored["title"]  # as a meta written without the field
+            meta_key = backend.instance.keys(ref).meta
+            await backend.instance.redis.hset(meta_key, "meta", orjson.dumps(stored))
+            run_meta.last_run_id = "r1"
+            await asyncio.wait_for(backend.save_meta(ref, run_meta, keep_title=True), 5)
+            after = await backend.get_meta(ref)
+            assert after is not None and (after.title, after.last_run_id) == (None, "r1")
         finally:
             await backend.close()

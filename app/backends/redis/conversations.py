@@ -77,16 +77,14 @@ class RedisConversations(ConversationStore):
     ) -> None:
         keys = self._i.keys(ref)
         with unavailable():
-            args: list[Any] = [orjson.dumps(meta.to_dict()), meta.session_id]
-            if keep_title:  # one round trip while the title did not change (the common case)
-                res = await self._save_meta(
-                    keys=[keys.meta], args=[*args, orjson.dumps(meta.title)]
-                )
+            while True:
+                args: list[Any] = [orjson.dumps(meta.to_dict()), meta.session_id]
+                if keep_title:  # saved only under the stored title, which it answers otherwise
+                    args.append(orjson.dumps(meta.title))
+                res = await self._save_meta(keys=[keys.meta], args=args)
                 if not isinstance(res, bytes | str):
-                    return
-                meta.title = orjson.loads(res)
-                args = [orjson.dumps(meta.to_dict()), meta.session_id]
-            await self._save_meta(keys=[keys.meta], args=args)
+                    return  # one round trip while the title did not change (the common case)
+                meta.title = orjson.loads(res)  # set meanwhile: saved again, under it
 
     async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
         index = principal_index_key(ref.principal, self._i.prefix)

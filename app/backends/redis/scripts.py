@@ -192,8 +192,10 @@ local stored = redis.call('HGET', KEYS[1], 'meta')
 if not stored then return 0 end
 local current = cjson.decode(stored)
 if current['sessionId'] ~= ARGV[2] then return 0 end
-if ARGV[3] and current['title'] ~= cjson.decode(ARGV[3]) then
-  return cjson.encode(current['title'])
+local title = current['title']
+if title == nil then title = cjson.null end  -- a meta without the field: no title
+if ARGV[3] and title ~= cjson.decode(ARGV[3]) then
+  return cjson.encode(title)
 end
 redis.call('HSET', KEYS[1], 'meta', ARGV[1])
 return 1
