@@ -526,62 +526,64 @@ async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookup
             await backend.close()
 
 
-async def test_a_title_set_while_a_run_end_saves_its_meta_is_the_one_kept() -> None:
+@pytest.fixture
+async def one() -> AsyncIterator[RedisBackend]:
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        backend = make_backend(prefix)
+        await backend.start()
+        yield backend
+        await backend.close()
+
+
+async def _run_meta(backend: RedisBackend, ref: ConversationRef) -> Any:
+    """A new conversation's meta, as a run of it holds it."""
+    await backend.create_conversation(ref, meta())
+    run_meta = await backend.get_meta(ref)
+    assert run_meta is not None
+    return run_meta
+
+
+async def test_a_title_set_while_a_run_end_saves_its_meta_is_the_one_kept(
+    one: RedisBackend,
+) -> None:
     """The run's end saves under the stored title; told another one, it saves again under
     that one, still only if unchanged: a PATCH landing between those two calls is not
     overwritten by the title the run's end was just told."""
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        backend = make_backend(prefix)
-        await backend.start()
-        try:
-            ref = ConversationRef("alice", "titles")
-            await backend.create_conversation(ref, meta())
-            run_meta = await backend.get_meta(ref)
-            assert run_meta is not None
-            store = backend.conversations
-            script = store._save_meta
-            patches = iter(["first", "second"])
+    ref = ConversationRef("alice", "titles")
+    run_meta = await _run_meta(one, ref)
+    store = one.conversations
+    script = store._save_meta
+    patches = iter(["first", "second"])
 
-            async def patched_in_between(**kwargs: Any) -> Any:
-                title = next(patches, None)
-                if title is not None:  # a PATCH before each of the run's calls lands
-                    current = await backend.get_meta(ref)
-                    assert current is not None
-                    current.title = title
-                    await script(
-                        keys=kwargs["keys"],
-                        args=[orjson.dumps(current.to_dict()), current.session_id],
-                    )
-                return await script(**kwargs)
+    async def patched_in_between(**kwargs: Any) -> Any:
+        title = next(patches, None)
+        if title is not None:  # a PATCH before each of the run's calls lands
+            current = await one.get_meta(ref)
+            assert current is not None
+            current.title = title
+            await script(
+                keys=kwargs["keys"], args=[orjson.dumps(current.to_dict()), current.session_id]
+            )
+        return await script(**kwargs)
 
-            store._save_meta = patched_in_between  # type: ignore[method-assign]
-            run_meta.last_run_id = "r1"
-            await backend.save_meta(ref, run_meta, keep_title=True)
-            stored = await backend.get_meta(ref)
-            assert stored is not None
-            assert (stored.title, stored.last_run_id) == ("second", "r1")
-        finally:
-            await backend.close()
+    store._save_meta = patched_in_between  # type: ignore[method-assign]
+    run_meta.last_run_id = "r1"
+    await one.save_meta(ref, run_meta, keep_title=True)
+    stored = await one.get_meta(ref)
+    assert stored is not None
+    assert (stored.title, stored.last_run_id) == ("second", "r1")
 
 
-async def test_a_stored_meta_without_a_title_field_is_saved_keeping_no_title() -> None:
-    prefix = unique_prefix()
-    async with shared_redis(prefix):
-        backend = make_backend(prefix)
-        await backend.start()
-        try:
-            ref = ConversationRef("alice", "untitled")
-            await backend.create_conversation(ref, meta())
-            run_meta = await backend.get_meta(ref)
-            assert run_meta is not None
-            stored = run_meta.to_dict()
-            del stored["title"]  # as a meta written without the field
-            meta_key = backend.instance.keys(ref).meta
-            await backend.instance.redis.hset(meta_key, "meta", orjson.dumps(stored))
-            run_meta.last_run_id = "r1"
-            await asyncio.wait_for(backend.save_meta(ref, run_meta, keep_title=True), 5)
-            after = await backend.get_meta(ref)
-            assert after is not None and (after.title, after.last_run_id) == (None, "r1")
-        finally:
-            await backend.close()
+async def test_a_stored_meta_without_a_title_field_is_saved_keeping_no_title(
+    one: RedisBackend,
+) -> None:
+    ref = ConversationRef("alice", "untitled")
+    run_meta = await _run_meta(one, ref)
+    stored = run_meta.to_dict()
+    del stored["title"]  # as a meta written without the field
+    await one.instance.redis.hset(one.instance.keys(ref).meta, "meta", orjson.dumps(stored))
+    run_meta.last_run_id = "r1"
+    await asyncio.wait_for(one.save_meta(ref, run_meta, keep_title=True), 5)
+    after = await one.get_meta(ref)
+    assert after is not None and (after.title, after.last_run_id) == (None, "r1")
