@@ -363,10 +363,12 @@ class MuteRedis:
     def __init__(self) -> None:
         self.mute = False
         self.commands = 0
+        self.connections = 0
         self.server: asyncio.Server | None = None
         self.port = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         while line := await reader.readline():
             if line.startswith(b"*"):  # a command's array header (our test commands' only one)
                 self.commands += 1
@@ -381,9 +383,10 @@ class MuteRedis:
 
     def pool(self, kind: type[PoolT], *retry_on: type[Exception]) -> PoolT:
         """A pool of ``kind`` on this server (started): a 0.3 s socket timeout, one retry of
-        the errors ``retry_on``."""
+        the errors ``retry_on``; RESP2, as the gateway's client speaks (no ``HELLO``)."""
         return kind.from_url(
             f"redis://127.0.0.1:{self.port}/0",
+            protocol=2,
             socket_timeout=0.3,
             retry=Retry(NoBackoff(), 1),
             retry_on_error=list(retry_on),

@@ -67,6 +67,10 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
         # check for a connection holding an unread reply and hands that reply to the next caller.
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
         driver_info=_driver_info(),
+        # RESP2, named: redis-py 8.2 made RESP3 its default. The lean paths read replies
+        # themselves and were written and measured on RESP2, and RESP2 skips a HELLO round
+        # trip per new connection. A URL's ``?protocol=3`` still wins.
+        protocol=2,
     )
     pack_with_hiredis(pool)
     send_without_task(pool)
