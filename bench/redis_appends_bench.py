@@ -39,7 +39,7 @@ async def _main(args: argparse.Namespace) -> None:
     from app.backends.redis.eventlog import KIND_EVENT, EventLog, FencedWriter, Pending
     from app.backends.redis.keys import ConversationKeys
 
-    redis = Redis.from_url(args.redis_url)
+    redis = Redis.from_url(args.redis_url, protocol=2)  # RESP2, as the gateway's client
     prefix = f"bench-appends-{os.getpid()}"
     own = Ownership(redis, "bench", 60_000)
     log = EventLog(redis, 1000)
