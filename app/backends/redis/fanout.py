@@ -271,6 +271,17 @@ class LogReader:
         self._behind = False
         self._push(batch, positions)
 
+    def _start(self, last_id: str) -> None:
+        """Start after ``last_id``, the log's end as read at start-up, unless the run writer
+        fed at least that much meanwhile. A feed can come first: the reader is in the hub
+        before that read answers, so a stream opened as its run starts is fed the run's first
+        entries (only those of a new log: another feed finds the reader behind). Moving back
+        to an older answer would read them from Redis again, and hold them twice."""
+        position = parse_id(last_id)
+        if position > self.last_pos:
+            self._clear_window(position)  # anything fed is older: read from Redis if needed
+            self.last_id = last_id
+
     def kick(self) -> None:
         """Let the reading loop look again (the owner went away, or a feed left a gap)."""
         self._resume.set()
@@ -300,8 +311,7 @@ class LogReader:
         while not self._stopping:
             try:
                 if not self._ready.is_set():
-                    self.last_id = await self.log.last_id(self.keys)
-                    self._base = parse_id(self.last_id)
+                    self._start(await self.log.last_id(self.keys))
                     self._ready.set()
                 if self._owner_local() and not self._behind:
                     self._resume.clear()
