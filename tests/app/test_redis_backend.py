@@ -48,6 +48,28 @@ async def pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
         await b.close()
 
 
+async def test_a_stream_readied_before_its_run_is_fed_every_event_of_it(
+    pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    """``ready_to_follow`` before a run of a new conversation (``POST …/runs?stream=true``):
+    the conversation's reader is started at the log's end and kept for the stream, and the
+    owner's writes feed it every event of the run, never read back from Redis."""
+    a, _ = pair
+    ref = ConversationRef("alice", "readied")
+    keys = a.keys(ref)
+    await a.ready_to_follow(ref)
+    reader = a.hub.readers[keys.tag]
+    assert reader.started and reader.refs == 0  # nothing held: it lingers for the stream
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    logged = await a.append_batch(ref, [LogItem.of_event(e) for e in run_events("r1", 4)])
+    logged += await a.append_batch(ref, [LogItem.of_event(event("r1", 6, "run.completed"))])
+    assert a.hub.readers[keys.tag] is reader
+    window = reader.window_after((0, 0)) or []
+    assert [e.id for e in window] == [e.cursor.rpartition(".")[2] for e in logged]
+    assert not reader._behind  # every batch followed on from the one before
+
+
 def tool_and_approval_events(run: str) -> list[dict[str, object]]:
     return [
         *run_events(run, 2),

@@ -111,7 +111,10 @@ class RedisInstance:
         self.hub = ReaderHub(
             redis,
             self.log,
-            window=reader_window,
+            # A window holds up to 1.5x its size and Redis keeps at least ``max_len`` entries:
+            # at most half of that, the window never serves an entry Redis trimmed (a cursor
+            # there gets a snapshot from every instance, as from memory). 1024 by default.
+            window=min(reader_window, max(1, event_log_max_len // 2)),
             tick=self._tick,
             tick_seconds=min(1.0, max(0.05, lease_ttl_seconds / 4)),
             owns=self._feeds_reader,
