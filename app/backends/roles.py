@@ -170,14 +170,6 @@ class EventReader(Protocol):
     def wake_readers(self) -> None:
         """Wake every waiting ``read`` of this process (used at shutdown)."""
 
-    async def ready_to_follow(self, ref: ConversationRef) -> None:
-        """A stream of ``ref`` is about to start and follow a run from before its first event
-        (``POST …/runs?stream=true``). A backend that reads through a per-conversation reader
-        starts it now, so that reader takes the run's events as they are appended instead of
-        catching up after them. Nothing is held: an unused reader ends by itself. Default:
-        nothing to do."""
-        return None
-
 
 class Snapshots(Protocol):
     """The reduced state of a conversation together with the cursor of its last event."""

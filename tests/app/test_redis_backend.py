@@ -48,26 +48,37 @@ async def pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
         await b.close()
 
 
-async def test_a_stream_readied_before_its_run_is_fed_every_event_of_it(
-    pair: tuple[RedisBackend, RedisBackend],
-) -> None:
-    """``ready_to_follow`` before a run of a new conversation (``POST …/runs?stream=true``):
-    the conversation's reader is started at the log's end and kept for the stream, and the
-    owner's writes feed it every event of the run, never read back from Redis."""
-    a, _ = pair
-    ref = ConversationRef("alice", "readied")
-    keys = a.keys(ref)
-    await a.ready_to_follow(ref)
-    reader = a.hub.readers[keys.tag]
-    assert reader.started and reader.refs == 0  # nothing held: it lingers for the stream
-    await a.create_conversation(ref, meta())
-    assert await a.claim_run(ref, Control("r1"))
-    logged = await a.append_batch(ref, [LogItem.of_event(e) for e in run_events("r1", 4)])
-    logged += await a.append_batch(ref, [LogItem.of_event(event("r1", 6, "run.completed"))])
-    assert a.hub.readers[keys.tag] is reader
-    window = reader.window_after((0, 0)) or []
-    assert [e.id for e in window] == [e.cursor.rpartition(".")[2] for e in logged]
-    assert not reader._behind  # every batch followed on from the one before
+async def test_a_cursor_redis_trimmed_reads_as_trimmed_even_where_a_reader_fed_it() -> None:
+    """A log retaining 5 entries, and the owner's reader started before the run (a subscriber
+    that connected first) fed all 12 events: a read from the first event's cursor answers
+    ``trimmed`` (the caller sends a snapshot) on the owner too, as on another instance and on
+    memory, never events the log no longer holds."""
+    prefix = unique_prefix()
+    async with shared_redis(prefix):
+        a = make_backend(prefix, event_log_max_len=5, instance_id="A")
+        b = make_backend(prefix, event_log_max_len=5, instance_id="B")
+        await a.start()
+        await b.start()
+        try:
+            ref = ConversationRef("alice", "retained")
+            reader = await a.hub.acquire(a.keys(ref))
+            try:
+                await a.create_conversation(ref, meta())
+                assert await a.claim_run(ref, Control("r1"))
+                logged: list[Any] = []
+                for e in run_events("r1", 10):
+                    logged += await a.append_batch(ref, [LogItem.of_event(e)])
+                assert len(logged) == 12
+                for backend in (a, b):
+                    got = await backend.read(ref, logged[0].cursor, limit=100, wait=0)
+                    assert got.status == "trimmed", backend
+                    recent = await backend.read(ref, logged[-3].cursor, limit=100, wait=0)
+                    assert [e.cursor for e in recent.entries] == [e.cursor for e in logged[-2:]]
+            finally:
+                a.hub.release(reader)
+        finally:
+            await a.close()
+            await b.close()
 
 
 def tool_and_approval_events(run: str) -> list[dict[str, object]]:

@@ -94,9 +94,6 @@ async def _accept(
 
     if stream:
         await gateway.runs.limits.check_subscriber(ref)  # 429 before the run is accepted
-        # Redis: the stream's reader is there for the run's first events (a reader started
-        # after them reads them back from Redis: ~1 ms later to the first delta, measured).
-        await gateway.backend.ready_to_follow(ref)
     if not idempotency_key:  # an empty header is no key (never a derived one)
         answer = (await submit()).body
     else:  # a retry answers the first answer (with ?stream=true: the first run's stream)

@@ -232,9 +232,6 @@ class RedisBackend(Backend):
     def wake_readers(self) -> None:
         self.reads.wake_readers()
 
-    async def ready_to_follow(self, ref: ConversationRef) -> None:
-        await self.reads.ready_to_follow(ref)
-
     # --- runs ----------------------------------------------------------------------------
     async def claim_run(
         self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None

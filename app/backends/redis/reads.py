@@ -88,17 +88,6 @@ class RedisReads(EventReader):
         for reader in list(self._i.hub.readers.values()):
             reader.wake()
 
-    async def ready_to_follow(self, ref: ConversationRef) -> None:
-        """Start the conversation's reader at the log's end, before the run: the run's writer
-        (on this instance) then feeds it every event. Started after the first appends, the
-        reader and its stream would catch up from Redis instead (measured: the first frame of
-        ``POST …/runs?stream=true`` ~2.4 ms after the first upstream event on a slow machine,
-        against 0.4 ms on memory). Released at once: it lingers until the stream takes it."""
-        hub = self._i.hub
-        with unavailable():
-            reader = hub.acquire_nowait(self._i.keys(ref)) or await hub.acquire(self._i.keys(ref))
-        hub.release(reader)
-
     async def _incarnation(
         self, reader: LogReader, keys: ConversationKeys, *, fresh: bool = False
     ) -> str | None:

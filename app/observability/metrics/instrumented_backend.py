@@ -185,9 +185,6 @@ class InstrumentedBackend(Backend):
     def wake_readers(self) -> None:
         self._inner.wake_readers()
 
-    async def ready_to_follow(self, ref: ConversationRef) -> None:
-        await self._call("ready_to_follow", self._inner.ready_to_follow(ref))
-
     # --- runs ----------------------------------------------------------------------------
     async def claim_run(
         self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
