@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import traceback
 import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -243,6 +244,13 @@ async def follow_batches(
             delay = linger_seconds(counts[ref])
             if delay:
                 await asyncio.sleep(delay)
+    except BaseException as exc:
+        # A follower ends by cancellation (its client went away). The cancelled task keeps
+        # the error, whose traceback keeps the finished read frames' locals (the backend's
+        # reader and its window): freed by reference counting once those frames are cleared,
+        # not by the next full collection.
+        traceback.clear_frames(exc.__traceback__)
+        raise
     finally:
         counts[ref] -= 1
         if counts[ref] <= 0:
