@@ -244,11 +244,11 @@ async def follow_batches(
             delay = linger_seconds(counts[ref])
             if delay:
                 await asyncio.sleep(delay)
-    except BaseException as exc:
+    except asyncio.CancelledError as exc:
         # A follower ends by cancellation (its client went away). The cancelled task keeps
         # the error, whose traceback keeps the finished read frames' locals (the backend's
         # reader and its window): freed by reference counting once those frames are cleared,
-        # not by the next full collection.
+        # not by the next full collection. Other errors keep their frames for whoever logs them.
         traceback.clear_frames(exc.__traceback__)
         raise
     finally:
