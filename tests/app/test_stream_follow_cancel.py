@@ -14,12 +14,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 import app.backends
-from app.backends import EMPTY_CURSOR, Backend, ConversationRef, LogEntry
+from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 from app.backends.redis import RedisBackend
 from app.streams.follow import Follow, follow_batches
 from tests.app.backend_contract import meta
 from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.test_stream_push import memory_of
+from tests.app.test_stream_push import read_waits
 from tests.support import eventually
 
 REF = ConversationRef("anonymous", "c1")
@@ -34,15 +34,6 @@ def frames_of(tb: TracebackType | None) -> Iterator[FrameType]:
 
 def refuse(entries: list[LogEntry]) -> bool:
     return False  # a pushed stream's read, that takes nothing: it waits at the head
-
-
-def parked(backend: Backend) -> bool:
-    """A read of ``REF`` waits at the head (memory: on its notifier; Redis: its log reader)."""
-    if isinstance(backend, RedisBackend):
-        reader = backend.reads._i.hub.readers.get(backend.reads._i.keys(REF).tag)
-        return reader is not None and bool(reader._waiters)
-    notifier = memory_of(backend)._notifiers.get(REF)
-    return notifier is not None and bool(notifier.waiters)
 
 
 async def test_a_cancelled_followers_error_holds_nothing_of_its_read(
@@ -60,7 +51,7 @@ async def test_a_cancelled_followers_error_holds_nothing_of_its_read(
     while hasattr(backend, "_inner"):
         backend = backend._inner
     follower = asyncio.create_task(consume())
-    await eventually(lambda: parked(backend))
+    await eventually(lambda: bool(read_waits(backend, REF)))
     reader = None
     if isinstance(backend, RedisBackend):
         instance = backend.reads._i

@@ -44,17 +44,21 @@ def memory_of(backend: Backend) -> MemoryBackend:
     return backend
 
 
-def parked_with_sink(backend: Backend, ref: ConversationRef) -> bool:
-    """A read of ``ref`` waits with a sink (memory: its notifier; Redis: its log reader)."""
+def read_waits(backend: Backend, ref: ConversationRef) -> dict[Any, Any]:
+    """The reads of ``ref`` waiting at the head, each with its sink or None (memory: on its
+    notifier; Redis: on its log reader)."""
     while hasattr(backend, "_inner"):
         backend = backend._inner
     if isinstance(backend, RedisBackend):
         reader = backend.reads._i.hub.readers.get(backend.reads._i.keys(ref).tag)
-        waits = {} if reader is None else reader._waiters
-    else:
-        notifier = memory_of(backend)._notifiers.get(ref)
-        waits = {} if notifier is None else notifier.waiters
-    return any(s is not None for s in waits.values())
+        return {} if reader is None else reader._waiters
+    notifier = memory_of(backend)._notifiers.get(ref)
+    return {} if notifier is None else notifier.waiters
+
+
+def parked_with_sink(backend: Backend, ref: ConversationRef) -> bool:
+    """A read of ``ref`` waits with a sink."""
+    return any(s is not None for s in read_waits(backend, ref).values())
 
 
 # --- the memory backend's read sinks -------------------------------------------------------
