@@ -24,11 +24,14 @@ from typing import Any
 import h11
 import httpcore
 import httpx
+from h11._readers import ChunkedReader
 from httpcore._async.connection_pool import PoolByteStream
 from httpcore._async.http11 import AsyncHTTP11Connection, HTTP11ConnectionByteStream
 from httpcore._exceptions import map_exceptions
 from httpx._client import BoundAsyncStream
 from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptions
+
+from providers.transports.chunked import ChunkDecoder, ChunkFramingError
 
 __all__ = ["direct_body"]
 
@@ -98,8 +101,46 @@ async def _body(
                 yield bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
                 pieces.clear()
             if event is need_data:
-                # The headers are in (h11 is past SEND_RESPONSE): an early EOF is fed to h11,
-                # whose body reader raises RemoteProtocolError for an incomplete body.
-                state.receive_data(await network.read(size, timeout=read_timeout))
+                if not _between_chunks(state):
+                    # The headers are in (h11 is past SEND_RESPONSE): an early EOF is fed to
+                    # h11, whose body reader raises RemoteProtocolError for an incomplete body.
+                    state.receive_data(await network.read(size, timeout=read_timeout))
+                    continue
+                # Plain chunks are decoded here until one is not (see chunked.py); its bytes
+                # go to h11, which is still between the same two chunks.
+                decoder = ChunkDecoder()
+                while True:
+                    raw = await network.read(size, timeout=read_timeout)
+                    try:
+                        body, rest = decoder.feed(raw) if raw else ([], decoder.end())
+                    except ChunkFramingError as error:
+                        if error.pieces:
+                            yield b"".join(error.pieces)
+                        raise h11.RemoteProtocolError(str(error)) from None
+                    if body:
+                        yield body[0] if len(body) == 1 else b"".join(body)
+                    if rest is not None:
+                        if rest:
+                            state.receive_data(rest)
+                        if not raw:
+                            state.receive_data(b"")  # h11's EOF
+                        break
             elif type(event) is h11.EndOfMessage or event is h11.PAUSED:
                 return
+
+
+def _between_chunks(state: h11.Connection) -> bool:
+    """h11 reads a chunked body and stands between two chunks with nothing buffered: the next
+    bytes start a chunk. (h11's private reader state, read defensively: any other shape is
+    "no", and the body is h11's alone.)"""
+    reader: Any = getattr(state, "_reader", None)
+    if type(reader) is not ChunkedReader:
+        return False
+    buffered: Any = getattr(state, "_receive_buffer", None)
+    return (
+        getattr(reader, "_bytes_in_chunk", None) == 0
+        and getattr(reader, "_bytes_to_discard", None) == b""
+        and getattr(reader, "_reading_trailer", None) is False
+        and buffered is not None
+        and len(buffered) == 0
+    )
