@@ -9,7 +9,10 @@ deltas/s the gateway used 6–12 % more CPU than with it. :func:`direct_body` ru
 httpcore's ``_receive_response_body`` itself, over the same h11 state and network stream,
 with the two exception mappings entered once for the whole body.
 
-Everything else stays httpcore's: the request, the headers and the close. At the end of the
+Inside a chunked body, the plain chunks are decoded by :mod:`providers.transports.chunked`
+instead of h11 (~1 µs a chunk instead of ~5); h11 reads every other chunk, from the boundary
+where it stands, and the end of the message. Everything else stays httpcore's: the request, the
+headers and the close. At the end of the
 body h11 is ``DONE`` and ``response.aclose()`` hands the connection back to the pool; after
 an error or an early stop, h11 is not done and ``aclose()`` closes the connection. Errors are
 httpx's, as through ``aiter_raw()``. Any other shape of response (another transport, HTTP/2,
