@@ -32,12 +32,13 @@ class Reads:
         return self._reads.pop(0) if self._reads else b""
 
 
-def response_state() -> h11.Connection:
-    """An h11 client connection that sent its request and read the response's head."""
+def response_state(with_head: bytes = b"") -> h11.Connection:
+    """An h11 client connection that sent its request and read the response's head, and
+    ``with_head``: body bytes that came in the same read (h11 holds them, unread)."""
     state = h11.Connection(h11.CLIENT)
     state.send(h11.Request(method="POST", target="/", headers=[("host", "upstream")]))
     state.send(h11.EndOfMessage())
-    state.receive_data(HEAD)
+    state.receive_data(HEAD + with_head)
     assert isinstance(state.next_event(), h11.Response)
     return state
 
@@ -53,9 +54,9 @@ async def direct(reads: list[bytes], state: h11.Connection) -> tuple[bytes, str 
     return b"".join(got), None
 
 
-def h11_alone(reads: list[bytes]) -> tuple[bytes, str | None, Any]:
+def h11_alone(reads: list[bytes], with_head: bytes = b"") -> tuple[bytes, str | None, Any]:
     """The same reads through h11 only (httpcore's loop): bytes, error, h11's end state."""
-    state = response_state()
+    state = response_state(with_head)
     got: list[bytes] = []
     pending = list(reads)
     while True:
@@ -101,8 +102,8 @@ def split(wire: bytes, cuts: list[int]) -> list[bytes]:
     return [wire[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
-def outcome(reads: list[bytes]) -> tuple[bytes, str | None, Any]:
-    state = response_state()
+def outcome(reads: list[bytes], with_head: bytes = b"") -> tuple[bytes, str | None, Any]:
+    state = response_state(with_head)
     got, error = asyncio.run(direct(reads, state))
     return got, error, state.their_state
 
@@ -116,6 +117,19 @@ def test_any_body_split_anywhere_reads_whole_and_leaves_h11_done(
     reads = split(wire, cuts)
     assert outcome(reads) == (data, None, h11.DONE)
     assert h11_alone(reads) == (data, None, h11.DONE)
+
+
+@settings(deadline=None, max_examples=200)
+@given(chunked_body(), st.lists(st.integers(min_value=0), max_size=20), st.integers(min_value=0))
+def test_a_body_begun_in_the_read_of_the_head_reads_whole(
+    body: tuple[bytes, bytes], cuts: list[int], at: int
+) -> None:
+    """h11 reads what came with the head (perhaps stopping inside a chunk or a size line);
+    the decoder takes over at the first boundary where h11 holds nothing."""
+    wire, data = body
+    first = at % (len(wire) + 1)
+    reads = split(wire[first:], cuts)
+    assert outcome(reads, wire[:first]) == (data, None, h11.DONE)
 
 
 @settings(deadline=None, max_examples=300)
