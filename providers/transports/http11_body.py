@@ -11,8 +11,9 @@ with the two exception mappings entered once for the whole body.
 
 Inside a chunked body, the plain chunks are decoded by :mod:`providers.transports.chunked`
 instead of h11 (~1 µs a chunk instead of ~5); h11 reads every other chunk, from the boundary
-where it stands, and the end of the message. Everything else stays httpcore's: the request, the
-headers and the close. At the end of the
+where it stands, and the end of the message.
+
+Everything else stays httpcore's: the request, the headers and the close. At the end of the
 body h11 is ``DONE`` and ``response.aclose()`` hands the connection back to the pool; after
 an error or an early stop, h11 is not done and ``aclose()`` closes the connection. Errors are
 httpx's, as through ``aiter_raw()``. Any other shape of response (another transport, HTTP/2,
@@ -27,7 +28,6 @@ from typing import Any
 import h11
 import httpcore
 import httpx
-from h11._readers import ChunkedReader
 from httpcore._async.connection_pool import PoolByteStream
 from httpcore._async.http11 import AsyncHTTP11Connection, HTTP11ConnectionByteStream
 from httpcore._exceptions import map_exceptions
@@ -37,6 +37,17 @@ from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptio
 from providers.transports.chunked import ChunkDecoder, ChunkFramingError
 
 __all__ = ["direct_body"]
+
+
+def _chunked_reader_type() -> type | None:
+    try:
+        from h11._readers import ChunkedReader
+    except ImportError:  # another h11: its bodies are h11's alone
+        return None
+    return ChunkedReader
+
+
+_CHUNKED_READER = _chunked_reader_type()
 
 _H11_ERRORS: dict[type[Exception], type[Exception]] = {
     h11.RemoteProtocolError: httpcore.RemoteProtocolError
@@ -137,7 +148,7 @@ def _between_chunks(state: h11.Connection) -> bool:
     bytes start a chunk. (h11's private reader state, read defensively: any other shape is
     "no", and the body is h11's alone.)"""
     reader: Any = getattr(state, "_reader", None)
-    if type(reader) is not ChunkedReader:
+    if _CHUNKED_READER is None or type(reader) is not _CHUNKED_READER:
         return False
     buffered: Any = getattr(state, "_receive_buffer", None)
     return (

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from providers.transports import http11_body
 from providers.transports.chunked import INCOMPLETE, ChunkDecoder, ChunkFramingError
 from providers.transports.http11_body import _body
 
@@ -221,3 +222,14 @@ def test_a_framing_error_inside_a_chunk_keeps_the_bytes_before_it() -> None:
     decoder = ChunkDecoder()
     decoder.feed(b"4\r\nabcd\r\n1f")
     assert decoder.end() == b"1f"  # at a boundary: h11 reads the EOF after these bytes
+
+
+def test_an_h11_of_another_shape_reads_the_body_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without h11's ChunkedReader as this h11 has it, the fast path stays off: same bytes."""
+    monkeypatch.setattr(http11_body, "_CHUNKED_READER", None)
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in [b"data: %d\n\n" % i for i in range(20)])
+    state = response_state()
+    reads = [wire[i : i + 37] for i in range(0, len(wire), 37)] + [b"0\r\n\r\n"]
+    got, error = asyncio.run(direct(reads, state))
+    assert (got, error) == (h11_alone(reads)[0], None)
+    assert got.count(b"data: ") == 20 and state.their_state is h11.DONE
