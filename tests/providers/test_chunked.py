@@ -167,25 +167,33 @@ def test_a_body_with_any_byte_changed_ends_as_with_h11(
     assert (state is h11.DONE) == (alone[2] is h11.DONE)
 
 
-def test_plain_chunks_are_not_decoded_by_h11() -> None:
-    """The point of the decoder: h11 sees the response head and the last chunk, no other."""
-    wire = b"".join(
-        b"%x\r\n%s\r\n" % (len(d), d) for d in [b"data: %d\n\n" % i for i in range(100)]
-    )
-    state = response_state()
-    calls = 0
+def plain_chunks_in_reads(n: int) -> list[bytes]:
+    """``n`` one-event chunks in reads of 37 bytes, then the last chunk."""
+    datas = [b"data: %d\n\n" % i for i in range(n)]
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in datas)
+    return [wire[i : i + 37] for i in range(0, len(wire), 37)] + [b"0\r\n\r\n"]
+
+
+def h11_events_counted(state: h11.Connection) -> list[int]:
+    """``state.next_event`` from now on counts its calls in the returned one-item list."""
+    calls = [0]
     next_event = state.next_event
 
     def counted() -> Any:
-        nonlocal calls
-        calls += 1
+        calls[0] += 1
         return next_event()
 
     state.next_event = counted  # type: ignore[method-assign]
-    reads = [wire[i : i + 37] for i in range(0, len(wire), 37)] + [b"0\r\n\r\n"]
-    got, error = asyncio.run(direct(reads, state))
+    return calls
+
+
+def test_plain_chunks_are_not_decoded_by_h11() -> None:
+    """The point of the decoder: h11 sees the response head and the last chunk, no other."""
+    state = response_state()
+    calls = h11_events_counted(state)
+    got, error = asyncio.run(direct(plain_chunks_in_reads(100), state))
     assert error is None and got.count(b"data: ") == 100
-    assert calls <= 3  # NEED_DATA once, then the last chunk's EndOfMessage
+    assert calls[0] <= 3  # NEED_DATA once, then the last chunk's EndOfMessage
     assert state.their_state is h11.DONE
 
 
@@ -227,9 +235,10 @@ def test_a_framing_error_inside_a_chunk_keeps_the_bytes_before_it() -> None:
 def test_an_h11_of_another_shape_reads_the_body_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without h11's ChunkedReader as this h11 has it, the fast path stays off: same bytes."""
     monkeypatch.setattr(http11_body, "_CHUNKED_READER", None)
-    wire = b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in [b"data: %d\n\n" % i for i in range(20)])
     state = response_state()
-    reads = [wire[i : i + 37] for i in range(0, len(wire), 37)] + [b"0\r\n\r\n"]
+    calls = h11_events_counted(state)
+    reads = plain_chunks_in_reads(20)
     got, error = asyncio.run(direct(reads, state))
     assert (got, error) == (h11_alone(reads)[0], None)
     assert got.count(b"data: ") == 20 and state.their_state is h11.DONE
+    assert calls[0] > 20  # h11 decoded every chunk
