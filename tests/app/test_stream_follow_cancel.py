@@ -19,7 +19,7 @@ from app.backends.redis import RedisBackend
 from app.streams.follow import Follow, follow_batches
 from tests.app.backend_contract import meta
 from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.test_stream_push import read_waits
+from tests.app.test_stream_push import innermost, read_waits
 from tests.support import eventually
 
 REF = ConversationRef("anonymous", "c1")
@@ -47,9 +47,7 @@ async def test_a_cancelled_followers_error_holds_nothing_of_its_read(
         async for _ in follow_batches(gateway, REF, Follow(start=EMPTY_CURSOR), refuse):
             pass
 
-    backend = gateway.backend
-    while hasattr(backend, "_inner"):
-        backend = backend._inner
+    backend = innermost(gateway.backend)
     follower = asyncio.create_task(consume())
     await eventually(lambda: bool(read_waits(backend, REF)))
     reader = None

@@ -37,18 +37,24 @@ def items(events: list[dict[str, Any]]) -> list[LogItem]:
     return [LogItem.of_event(e) for e in events]
 
 
-def memory_of(backend: Backend) -> MemoryBackend:
-    """The memory backend under the gateway's wrappers (metrics, archive)."""
-    while not isinstance(backend, MemoryBackend):
-        backend = backend._inner  # type: ignore[attr-defined]
+def innermost(backend: Backend) -> Backend:
+    """The backend under the gateway's wrappers (metrics, archive)."""
+    while hasattr(backend, "_inner"):
+        backend = backend._inner
     return backend
+
+
+def memory_of(backend: Backend) -> MemoryBackend:
+    """The memory backend under the gateway's wrappers."""
+    inner = innermost(backend)
+    assert isinstance(inner, MemoryBackend)
+    return inner
 
 
 def read_waits(backend: Backend, ref: ConversationRef) -> dict[Any, Any]:
     """The reads of ``ref`` waiting at the head, each with its sink or None (memory: on its
     notifier; Redis: on its log reader)."""
-    while hasattr(backend, "_inner"):
-        backend = backend._inner
+    backend = innermost(backend)
     if isinstance(backend, RedisBackend):
         reader = backend.reads._i.hub.readers.get(backend.reads._i.keys(ref).tag)
         return {} if reader is None else reader._waiters
