@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from providers.transports import http11_body
 from providers.transports.chunked import INCOMPLETE, ChunkDecoder, ChunkFramingError
 from providers.transports.http11_body import _body
-
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+from tests.providers.test_http11_body import HEAD, chunk
 
 
 class Reads:
@@ -170,7 +169,7 @@ def test_a_body_with_any_byte_changed_ends_as_with_h11(
 def plain_chunks_in_reads(n: int) -> list[bytes]:
     """``n`` one-event chunks in reads of 37 bytes, then the last chunk."""
     datas = [b"data: %d\n\n" % i for i in range(n)]
-    wire = b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in datas)
+    wire = b"".join(map(chunk, datas))
     return [wire[i : i + 37] for i in range(0, len(wire), 37)] + [b"0\r\n\r\n"]
 
 
