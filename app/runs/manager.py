@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from app.api.errors import ApiError
 from app.archive import Archive
-from app.backends import Backend, ConversationMeta, ConversationRef
+from app.backends import EMPTY_CURSOR, Backend, ConversationMeta, ConversationRef
 from app.backends.types import AcceptedAnswer, QueuedRun
 from app.config import Settings
 from app.ids import new_run_id, new_session_id
@@ -179,6 +179,7 @@ class RunManager:
                 emit_user_message = False
             name = provider or (meta.last_provider if meta else None) or self.catalog.default
             self.catalog.get(name)  # 404 unknown_provider
+            created = False
             if meta is None:
                 reserve = partial(self.backend.reserve_conversation, ref)
                 await self.limits.check_new_conversation(ref, reserve)
@@ -189,9 +190,12 @@ class RunManager:
                     updated_at=now,
                     title=title_of(input),
                 )
-                if not await self.backend.create_conversation(ref, meta):
+                created = await self.backend.create_conversation(ref, meta)
+                if not created:
                     meta = await self.backend.get_meta(ref) or meta  # created meanwhile elsewhere
-            cursor = await self.backend.head_cursor(ref)
+            # Created here just now: its log is empty (no read needed). EMPTY_CURSOR stays a
+            # position before this run even if another instance logged meanwhile.
+            cursor = EMPTY_CURSOR if created else await self.backend.head_cursor(ref)
             # A run whose terminal is logged is only finishing up: the next one starts after it.
             busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
             request = RunRequest(new_run_id(), input, name, emit_user_message)

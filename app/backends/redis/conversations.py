@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance, text
@@ -18,6 +18,7 @@ from app.backends.redis.limits import (
     RedisLimits,
     reservation_fresh,
 )
+from app.backends.redis.script_batch import ScriptCall, evalsha_in, settle
 from app.backends.redis.scripts import CREATE, RESTORE, SAVE_META
 from app.backends.roles import ConversationStore
 from app.backends.types import ConversationMeta, ConversationRef
@@ -35,15 +36,31 @@ class RedisConversations(ConversationStore):
         self._reserve = instance.redis.register_script(RESERVE_CONVERSATION)
 
     async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
+        """Create it, list it and set its expiry in one round trip. Listed and touched even
+        when it was not created here: then it exists, created elsewhere, and is listed and
+        touched by its creator too (the same writes, in any order)."""
         i = self._i
         keys = i.keys(ref)
+        listed = (principal_index_key(ref.principal, i.prefix), ref.key)
+        create: ScriptCall = (
+            self._create,
+            [keys.meta],
+            [new_token(6), orjson.dumps(meta.to_dict()), ref_value(ref)],
+        )
         with unavailable():
-            created = await self._create(
-                keys=[keys.meta],
-                args=[new_token(6), orjson.dumps(meta.to_dict()), ref_value(ref)],
-            )
-            if created:
-                await i.touch(keys, listed=(principal_index_key(ref.principal, i.prefix), ref.key))
+            async with i.redis.pipeline(transaction=False) as pipe:
+                evalsha_in(pipe, create)
+                i.touch_in(pipe, keys, listed=listed)
+                replies = await pipe.execute(raise_on_error=False)
+            for reply in replies[1:]:
+                if isinstance(reply, Exception):
+                    raise reply
+            if isinstance(replies[0], NoScriptError):  # its expiry was set before it existed
+                created = await settle(create, replies[0])
+                if created:
+                    await i.touch(keys, listed=listed)
+            else:
+                created = await settle(create, replies[0])
         return bool(created)
 
     async def restore_conversation(

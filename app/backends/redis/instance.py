@@ -168,10 +168,16 @@ class RedisInstance:
         if self.ttl_ms is None and listed is None:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
-            if listed is not None:
-                pipe.hset(listed[0], listed[1], 1)
-            self._touch_in(pipe, keys)
+            self.touch_in(pipe, keys, listed=listed)
             await pipe.execute()
+
+    def touch_in(
+        self, pipe: Pipeline, keys: ConversationKeys, *, listed: tuple[str, str] | None = None
+    ) -> None:
+        """What :meth:`touch` sends, queued on ``pipe``."""
+        if listed is not None:
+            pipe.hset(listed[0], listed[1], 1)
+        self._touch_in(pipe, keys)
 
     def _touch_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
         if self.ttl_ms is not None:

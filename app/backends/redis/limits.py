@@ -6,9 +6,9 @@ one script per counter.
 - subscribers: ``P:subs:{H}`` (per principal) and ``P:{T}:subs`` (per conversation), sorted sets
   of slot tokens scored by their expiry. The instance holding a stream renews its slots every
   ttl/3 (:class:`SlotKeeper`); the slots of a dead instance lapse after the lease TTL and are
-  pruned by the next script. A stream takes its principal slot, then its conversation slot
-  (each atomic; the first is given back when the second is refused), so no counter ever
-  exceeds its limit.
+  pruned by the next script. A stream takes its principal slot and its conversation slot in
+  one round trip (each atomic; one is given back when the other is refused), so no counter
+  ever exceeds its limit.
 
 Time is Redis' own (``TIME``), so instances' clocks do not matter.
 """
@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from app.backends.limit_store import SubscriberRefusal
 from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import conversation_tag
+from app.backends.redis.script_batch import call_together
 from app.backends.redis.tasks import stop_task
 from app.backends.types import ConversationRef
 from app.ids import new_token
@@ -156,25 +157,37 @@ class RedisLimits:
         token = new_token(8)
         mine = self._principal_key("subs", ref.principal)
         conv = self._conversation_key(ref)
-        if not int(
-            await self._take_slot(keys=[mine], args=[per_principal, self.slot_ttl_ms, token])
-        ):
-            return None, "principal"
-        self._held[token] = (mine,)  # renewed (and freed) from now on, whatever follows
-        taken = await self._take_slot(keys=[conv], args=[per_conversation, self.slot_ttl_ms, token])
-        if not int(taken):
-            await self.free_subscriber(token)
-            return None, "conversation"
-        self._held[token] = (mine, conv)
-        return token, None
+        ttl = self.slot_ttl_ms
+        try:
+            took_mine, took_conv = await call_together(
+                self.redis,
+                [
+                    (self._take_slot, [mine], [per_principal, ttl, token]),
+                    (self._take_slot, [conv], [per_conversation, ttl, token]),
+                ],
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # whatever was taken: given back, else lapses
+                await self._free(token, (mine, conv))
+            raise
+        held = tuple(key for key, took in ((mine, took_mine), (conv, took_conv)) if int(took))
+        if len(held) == 2:
+            self._held[token] = held  # renewed (and freed) from now on
+            return token, None
+        if held:
+            await self._free(token, held)
+        return None, "principal" if not int(took_mine) else "conversation"
 
     async def free_subscriber(self, token: str) -> None:
         keys = self._held.pop(token, ())  # not renewed from now on: it lapses if Redis is down
         with unavailable():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.zrem(key, token)
-                await pipe.execute()
+            await self._free(token, keys)
+
+    async def _free(self, token: str, keys: tuple[str, ...]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zrem(key, token)
+            await pipe.execute()
 
     async def subscribers_full(
         self, ref: ConversationRef, per_conversation: int, per_principal: int
@@ -183,11 +196,16 @@ class RedisLimits:
         mine = self._principal_key("subs", ref.principal)
         conv = self._conversation_key(ref)
         with unavailable():
-            if not int(await self._take_slot(keys=[conv], args=[per_conversation, ttl, ""])):
-                return "conversation"
-            if not int(await self._take_slot(keys=[mine], args=[per_principal, ttl, ""])):
-                return "principal"
-        return None
+            room_conv, room_mine = await call_together(
+                self.redis,
+                [
+                    (self._take_slot, [conv], [per_conversation, ttl, ""]),
+                    (self._take_slot, [mine], [per_principal, ttl, ""]),
+                ],
+            )
+        if not int(room_conv):
+            return "conversation"
+        return None if int(room_mine) else "principal"
 
     # --- renewal -------------------------------------------------------------------------
     def start(self) -> None:
