@@ -55,12 +55,9 @@ class RedisConversations(ConversationStore):
             for reply in replies[1:]:
                 if isinstance(reply, Exception):
                     raise reply
-            if isinstance(replies[0], NoScriptError):  # its expiry was set before it existed
-                created = await settle(create, replies[0])
-                if created:
-                    await i.touch(keys, listed=listed)
-            else:
-                created = await settle(create, replies[0])
+            created = await settle(create, replies[0])
+            if created and isinstance(replies[0], NoScriptError):
+                await i.touch(keys, listed=listed)  # created after the pipeline set its expiry
         return bool(created)
 
     async def restore_conversation(
