@@ -158,7 +158,7 @@ class RedisInstance:
         with contextlib.suppress(RedisError, OSError):
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.ownership.unmark_in(pipe, keys)
-                self._touch_in(pipe, keys)
+                self.touch_in(pipe, keys)
                 pipe.publish(keys.turn, "freed")
                 await pipe.execute(raise_on_error=False)
 
@@ -177,9 +177,6 @@ class RedisInstance:
         """What :meth:`touch` sends, queued on ``pipe``."""
         if listed is not None:
             pipe.hset(listed[0], listed[1], 1)
-        self._touch_in(pipe, keys)
-
-    def _touch_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
         if self.ttl_ms is not None:
             for key in (keys.meta, keys.log, keys.snap, keys.fence):
                 pipe.pexpire(key, self.ttl_ms)
