@@ -43,6 +43,10 @@ class DelegatingBackend(Backend):
     def inline_appends(self) -> bool:  # type: ignore[override]
         return self._inner.inline_appends
 
+    @property
+    def appends_wait(self) -> bool:  # type: ignore[override]
+        return self._inner.appends_wait
+
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         await self._inner.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from app.backends import ConversationRef
 from app.backends.redis import create_redis_backend
-from app.backends.redis.eventlog import EventLog
+from app.backends.redis.eventlog import CloseBatch, EventLog, Pending, SnapshotWrite
 from app.config import Settings
 from tests.app.backend_contract import event, meta
 from tests.app.gateway_server import RunningGateway, launch, make_settings
@@ -86,14 +86,20 @@ async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_
     once per event; only the XADDs inside the append script are one per event. The state is
     snapshotted with an append at most once per ``snapshot_every`` events (and at the end)."""
     snapshots: list[float] = []
-    append = EventLog.append
+    append = EventLog.append_when_packed
 
-    async def counting(self: EventLog, *args: Any, **kwargs: Any) -> list[str]:
-        if kwargs.get("snapshot") is not None:
-            snapshots.append(time.monotonic())
-        return await append(self, *args, **kwargs)
+    async def counting(
+        self: EventLog, keys: Any, token: str, close: CloseBatch, nonce: str
+    ) -> list[str]:
+        def counted() -> tuple[Sequence[Pending], bool, SnapshotWrite | None]:
+            items, release, snapshot = close()
+            if snapshot is not None:
+                snapshots.append(time.monotonic())
+            return items, release, snapshot
 
-    monkeypatch.setattr(EventLog, "append", counting)
+        return await append(self, keys, token, counted, nonce)
+
+    monkeypatch.setattr(EventLog, "append_when_packed", counting)
     with private_redis() as server:
         settings = settings_for(server)
         redis = Redis.from_url(server.url)

@@ -50,6 +50,13 @@ class FlakyLog:
             raise RedisConnectionError("Connection reset by peer")
         return ids
 
+    async def append_when_packed(
+        self, keys: ConversationKeys, token: str, close: Any, nonce: str
+    ) -> list[str]:
+        await asyncio.sleep(0)  # packed a loop turn later, as ScriptPipeline packs it
+        items, release, snapshot = close()
+        return await self.append(keys, token, items, release=release, snapshot=snapshot)
+
     async def xrevrange(self, name: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
         if self.down:
             raise RedisConnectionError("Connection refused")

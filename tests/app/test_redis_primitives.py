@@ -166,14 +166,14 @@ async def test_writer_coalesces_concurrent_appends_in_order(redis: Redis, prefix
     claim = await own.claim(keys, "run_1")
     writer = FencedWriter(log, keys, claim.token.raw)
     calls = 0
-    real_append = log.append
+    real_append = log.append_when_packed
 
     async def counting_append(*args: Any, **kwargs: Any) -> list[str]:
         nonlocal calls
         calls += 1  # one script call = one round trip
         return await real_append(*args, **kwargs)
 
-    log.append = counting_append  # type: ignore[method-assign]
+    log.append_when_packed = counting_append  # type: ignore[method-assign]
     ids = await asyncio.gather(*(writer.append([ev(i)]) for i in range(200)))
     flat = [i[0] for i in ids]
     assert [parse_id(x) for x in flat] == sorted(parse_id(x) for x in flat)

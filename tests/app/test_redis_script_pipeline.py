@@ -224,3 +224,45 @@ async def test_a_call_that_cannot_be_packed_fails_alone_and_the_next_is_answered
         await pipeline.aclose()
     finally:
         await client.aclose()
+
+
+async def test_a_lone_append_is_on_the_wire_two_loop_turns_after_it_is_made(
+    redis: Redis, prefix: str
+) -> None:
+    """No loop turn of its own before the write (a delta of a slow stream waited one more
+    loop iteration for it): one turn for the appending task to run, one for the pipeline's
+    flush, and the round trip is under way."""
+    own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
+    log = EventLog(redis, max_len=1000)
+    keys = keys_for(prefix, "lone")
+    writer = FencedWriter(log, keys, (await own.claim(keys, "run_1")).token.raw)
+    await writer.append([ev(0)])  # connected, the script loaded
+    before = log._append.round_trips
+    task = asyncio.create_task(writer.append([ev(1)]))
+    await asyncio.sleep(0)  # the task runs: its batch opens, the call is queued
+    await asyncio.sleep(0)  # the pipeline's flush writes it
+    assert log._append.round_trips == before + 1
+    assert len(await task) == 1
+    assert await _logged(log, keys) == [0, 1]
+
+
+async def test_arguments_given_as_a_function_are_built_when_the_call_is_packed(
+    redis: Redis,
+) -> None:
+    """What the function reads can still grow after the call is made, until the flush packs
+    it (a writer's batch takes joiners until then); it is built once."""
+    pipeline = ScriptPipeline(redis, redis.register_script("return ARGV"))
+    items = [b"a"]
+    built = 0
+
+    def args() -> list[bytes]:
+        nonlocal built
+        built += 1
+        return list(items)
+
+    call = asyncio.ensure_future(pipeline.call(["k"], args))
+    await asyncio.sleep(0)  # the call is queued, not packed
+    items.append(b"b")
+    assert await call == [b"a", b"b"]
+    assert built == 1
+    await pipeline.aclose()

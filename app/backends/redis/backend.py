@@ -72,6 +72,7 @@ __all__ = ["RedisBackend", "RunFenced"]
 
 class RedisBackend(Backend):
     inline_appends = True
+    appends_wait = True
 
     def __init__(
         self,

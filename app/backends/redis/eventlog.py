@@ -114,13 +114,18 @@ class SnapshotWrite:
     cursor: str = ZERO_ID
 
 
+#: Closes a batch to joiners and answers what to write: items, release, snapshot.
+CloseBatch = Callable[[], tuple[Sequence[Pending], bool, SnapshotWrite | None]]
+
+
 @dataclass(slots=True)
 class _Batch:
     items: list[Pending] = field(default_factory=list)
     release: bool = False
     snapshot: SnapshotWrite | None = None
     done: asyncio.Future[list[str]] | None = None
-    #: Its write began: from then on it may have landed, and can no longer be handed on.
+    #: Packed for its write: from then on it takes no joiners, may have landed, and can no
+    #: longer be handed on.
     sent: bool = False
 
 
@@ -181,6 +186,29 @@ class EventLog:
         ``nonce`` names the batch (a fresh one by default): the script sent again with the same
         nonce, as a client-side retry after a lost reply does, answers the ids and writes nothing.
         """
+        nonce = new_nonce() if nonce is None else nonce
+        return await self._call(keys, token, self._args(token, items, release, snapshot, nonce))
+
+    async def append_when_packed(
+        self, keys: ConversationKeys, token: str, close: CloseBatch, nonce: str
+    ) -> list[str]:
+        """:meth:`append` of the batch ``close`` answers (items, release, snapshot) when the
+        call is packed into its pipeline: until then the batch can still take more."""
+
+        def args() -> list[Any]:
+            items, release, snapshot = close()
+            return self._args(token, items, release, snapshot, nonce)
+
+        return await self._call(keys, token, args)
+
+    def _args(
+        self,
+        token: str,
+        items: Sequence[Pending],
+        release: bool,
+        snapshot: SnapshotWrite | None,
+        nonce: str,
+    ) -> list[Any]:
         args: list[Any] = [
             token,
             self._maxlen_arg,
@@ -191,7 +219,12 @@ class EventLog:
             len(items),
         ]
         args += itertools.chain.from_iterable(items)  # (kind, data, type, run id) each
-        args.append(new_nonce() if nonce is None else nonce)
+        args.append(nonce)
+        return args
+
+    async def _call(
+        self, keys: ConversationKeys, token: str, args: list[Any] | Callable[[], list[Any]]
+    ) -> list[str]:
         try:
             res = await self._append.call(_append_keys(keys), args)
         except ResponseError as exc:
@@ -297,16 +330,17 @@ class FencedWriter:
         self, items: Sequence[Pending], release: bool, snapshot: SnapshotWrite | None
     ) -> list[str]:
         """Write a new batch in the caller's task (no flush task: ~5 µs less per append,
-        bench/redis_appends_bench.py) after one loop turn, which lets a fast stream's next
-        events join it (written at once, a 4,000-event answer took ~1,500 script calls, not
-        under 1,000: test_redis_costs), and after the batch before it is settled."""
+        bench/redis_appends_bench.py) once the batch before it is settled. It takes joiners
+        until its script call is packed into a pipeline (``ScriptPipeline``: the loop turn
+        after this one at the earliest, later while the pipeline before it is on the wire),
+        so it is sent with no turn of its own: a slow stream's delta, appended alone, reached
+        its subscribers one loop iteration later when the batch waited a turn to be joined."""
         done: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         batch = _Batch(list(items), release, snapshot, done)
         before, self._last = self._last, done  # batches are written in the order they opened
         if snapshot is None and not release:
             self._queue = batch
         try:
-            await asyncio.sleep(0)
             return await self._write_in_turn(batch, before)
         except asyncio.CancelledError:
             self._hand_off(batch, before)
@@ -319,17 +353,23 @@ class FencedWriter:
         assert batch.done is not None
         if before is not None and not before.done():
             await _settled(before)
-        if self._queue is batch:
-            self._queue = None
-        batch.sent = True
         try:
             ids = await self._write(batch)
         except Exception as exc:
+            if self._queue is batch:  # failed before it was packed: nothing more joins it
+                self._queue = None
             batch.done.set_exception(exc)
             batch.done.exception()  # retrieved here for the loop; the joiners get it too
             raise
         batch.done.set_result(ids)
         return ids
+
+    def _close(self, batch: _Batch) -> tuple[list[Pending], bool, SnapshotWrite | None]:
+        """``batch`` is packed for its write: no more joiners."""
+        if self._queue is batch:
+            self._queue = None
+        batch.sent = True
+        return batch.items, batch.release, batch.snapshot
 
     def _hand_off(self, batch: _Batch, before: asyncio.Future[list[str]] | None) -> None:
         """The leader was cancelled: a batch not sent yet is written by a task of its own, in
@@ -356,20 +396,14 @@ class FencedWriter:
             raise Fenced(self.token)
         attempt = 0
         nonce = new_nonce()  # one per batch, so every retry of it is recognised
+        close = functools.partial(self._close, batch)
         while True:
             try:
-                if attempt and batch.items:
+                if attempt and batch.sent and batch.items:
                     landed = await self._landed(batch.items)
                     if landed is not None:
                         return landed
-                return await self._log.append(
-                    self._keys,
-                    self.token,
-                    batch.items,
-                    release=batch.release,
-                    snapshot=batch.snapshot,
-                    nonce=nonce,
-                )
+                return await self._log.append_when_packed(self._keys, self.token, close, nonce)
             except TRANSIENT as exc:
                 if self._deadline is None:
                     raise

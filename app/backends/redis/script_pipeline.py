@@ -46,11 +46,21 @@ __all__ = ["MAX_CALLS", "ScriptPipeline"]
 MAX_CALLS = 256
 
 
+Args = Sequence[str | bytes | int]
+
+
 @dataclass(slots=True)
 class _Call:
     keys: Sequence[str | bytes]
-    args: Sequence[str | bytes | int]
+    #: The arguments, or what builds them when the call is packed (called once).
+    args: Args | Callable[[], Args]
     done: asyncio.Future[Any]
+
+    def packed_args(self) -> Args:
+        args = self.args
+        if callable(args):
+            args = self.args = args()
+        return args
 
 
 def _answer(call: _Call, reply: Any) -> None:
@@ -125,10 +135,11 @@ class ScriptPipeline:
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
 
-    async def call(self, keys: Sequence[str | bytes], args: Sequence[str | bytes | int]) -> Any:
+    async def call(self, keys: Sequence[str | bytes], args: Args | Callable[[], Args]) -> Any:
         """The script's reply to ``keys``/``args`` (str, bytes or int only); its error
         (``ResponseError``, a connection error of the whole pipeline) is raised to this
-        caller only."""
+        caller only. ``args`` given as a function is called when the call is packed, the
+        loop turn after this one at the earliest: what it reads can grow until then."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(keys, args, done))
@@ -183,7 +194,7 @@ class ScriptPipeline:
 
     def _packed(self, calls: list[_Call]) -> list[bytes]:
         sha = self._script.sha
-        commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.args) for c in calls]
+        commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args()) for c in calls]
         assert self._conn is not None
         return pack_plain_commands(self._conn, commands)
 

@@ -62,6 +62,10 @@ class InstrumentedBackend(Backend):
     def inline_appends(self) -> bool:  # type: ignore[override]
         return self._inner.inline_appends
 
+    @property
+    def appends_wait(self) -> bool:  # type: ignore[override]
+        return self._inner.appends_wait
+
     def _children(self, op: str, timed: bool) -> tuple[Counter, Histogram | None]:
         children = self._ops.get(op)
         if children is None:
