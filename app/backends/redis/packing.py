@@ -23,6 +23,9 @@ __all__ = ["pack_plain_commands", "pack_with_hiredis"]
 #: hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
 _pack_command = cast(Callable[[tuple[bytes | str | int, ...]], bytes], hiredis.pack_command)
 _UTF8 = frozenset({"utf-8", "utf8"})
+#: The encoder's (untyped) ``encode``, as cast once here: a ``Callable[...]`` written in the
+#: ``cast`` is built at every call (~0.6 µs, once per command).
+_Encode = Callable[[Any], bytes | memoryview]
 
 
 class _HiredisPacking(AbstractConnection):
@@ -33,7 +36,7 @@ class _HiredisPacking(AbstractConnection):
         elif b" " in args[0]:
             args = tuple(args[0].split()) + args[1:]
         encoder = self.encoder
-        encode = cast(Callable[[Any], bytes | memoryview], encoder.encode)  # untyped
+        encode = cast(_Encode, encoder.encode)  # untyped upstream
         if encoder.encoding.lower() in _UTF8 and encoder.encoding_errors == "strict":
             # bytes and str go to hiredis as they are (it encodes str as strict UTF-8, as the
             # encoder would); anything else (numbers, memoryviews) through the encoder.
