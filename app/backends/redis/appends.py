@@ -82,27 +82,27 @@ class RedisAppends(EventAppender):
                 else:
                     state.extensions[item.key] = item.value
 
-        with unavailable():
-            return await self._append(self._i.keys(ref), pending, fold)
-
-    async def _append(
-        self, keys: ConversationKeys, items: list[Pending], fold: Fold
-    ) -> list[LogEntry]:
         i = self._i
-        owned = await i.live_owned(keys)
-        if owned is None:
-            return await self._free_append(keys, items, fold)
-        fold(owned.state)
-        prev = owned.state.stream_id
-        ids, snapshotted = await owned.append(items, i.snapshot_every, i.log.max_len)
-        if snapshotted and i.ttl_ms is not None:
-            i.spawn(i.touch_quietly(keys))
-        stored, out, positions = _logged(owned.state.inc, ids, items)
-        reader = i.hub.readers.get(keys.tag)
-        if reader is not None:
-            # Local subscribers get these frames, no XREAD.
-            reader.feed(prev, stored, positions)
-        return out
+        keys = i.keys(ref)
+        with unavailable():
+            # In this frame, not one more per append: a run's every append passes through each
+            # frame of the chain that awaits it, once to send and once for the reply.
+            owned = i.owned.get(keys.tag)
+            if owned is None or owned.fenced or owned.dirty:
+                owned = await i.live_owned(keys)  # raises when fenced; reloads when dirty
+                if owned is None:
+                    return await self._free_append(keys, pending, fold)
+            fold(owned.state)
+            prev = owned.state.stream_id
+            ids, snapshotted = await owned.append(pending, i.snapshot_every, i.log.max_len)
+            if snapshotted and i.ttl_ms is not None:
+                i.spawn(i.touch_quietly(keys))
+            stored, out, positions = _logged(owned.state.inc, ids, pending)
+            reader = i.hub.readers.get(keys.tag)
+            if reader is not None:
+                # Local subscribers get these frames, no XREAD.
+                reader.feed(prev, stored, positions)
+            return out
 
     async def _free_append(
         self, keys: ConversationKeys, items: list[Pending], fold: Fold

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -207,8 +207,12 @@ class RedisBackend(Backend):
     async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
         return await self.appends.append_extension(ref, key, value)
 
-    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
-        return await self.appends.append_batch(ref, items)
+    def append_batch(
+        self, ref: ConversationRef, items: Sequence[LogItem]
+    ) -> Coroutine[Any, Any, list[LogEntry]]:
+        # The appender's own coroutine, not one wrapping it: a frame less for every append
+        # of every run to pass through, twice.
+        return self.appends.append_batch(ref, items)
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.snapshots.snapshot(ref)

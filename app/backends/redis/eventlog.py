@@ -187,7 +187,7 @@ class EventLog:
         nonce, as a client-side retry after a lost reply does, answers the ids and writes nothing.
         """
         nonce = new_nonce() if nonce is None else nonce
-        return await self._call(keys, token, self._args(token, items, release, snapshot, nonce))
+        return await self.append_when_packed(keys, token, lambda: (items, release, snapshot), nonce)
 
     async def append_when_packed(
         self, keys: ConversationKeys, token: str, close: CloseBatch, nonce: str
@@ -199,7 +199,13 @@ class EventLog:
             items, release, snapshot = close()
             return self._args(token, items, release, snapshot, nonce)
 
-        return await self._call(keys, token, args)
+        try:
+            res = await self._append.call(_append_keys(keys), args)
+        except ResponseError as exc:
+            if "FENCED" in str(exc):
+                raise Fenced(token) from None
+            raise
+        return [x.decode() if type(x) is bytes else str(x) for x in res]
 
     def _args(
         self,
@@ -221,17 +227,6 @@ class EventLog:
         args += itertools.chain.from_iterable(items)  # (kind, data, type, run id) each
         args.append(nonce)
         return args
-
-    async def _call(
-        self, keys: ConversationKeys, token: str, args: list[Any] | Callable[[], list[Any]]
-    ) -> list[str]:
-        try:
-            res = await self._append.call(_append_keys(keys), args)
-        except ResponseError as exc:
-            if "FENCED" in str(exc):
-                raise Fenced(token) from None
-            raise
-        return [x.decode() if type(x) is bytes else str(x) for x in res]
 
     async def aclose(self) -> None:
         """Hand back the connection the appends hold (before the client's pool closes)."""
@@ -310,7 +305,15 @@ class FencedWriter:
         release: bool = False,
         snapshot: SnapshotWrite | None = None,
     ) -> list[str]:
-        """Append (batched with concurrent callers); returns this call's stream ids."""
+        """Append (batched with concurrent callers); returns this call's stream ids.
+
+        Without a batch to join, the caller opens one and writes it in its own task (no
+        flush task: ~5 µs less per append, bench/redis_appends_bench.py) once the batch
+        before it is settled. It takes joiners until its script call is packed into a
+        pipeline (``ScriptPipeline``: the loop turn after this one at the earliest, later
+        while the pipeline before it is on the wire), so it is sent with no turn of its own:
+        a slow stream's delta, appended alone, reached its subscribers one loop iteration
+        later when the batch waited a turn to be joined."""
         batch = self._queue
         if batch is not None:  # a batch not sent yet: join it
             start = len(batch.items)
@@ -324,27 +327,19 @@ class FencedWriter:
             assert batch.done is not None
             ids = await asyncio.shield(batch.done)
             return ids[start : start + len(items)]
-        return (await self._lead(items, release, snapshot))[: len(items)]
-
-    async def _lead(
-        self, items: Sequence[Pending], release: bool, snapshot: SnapshotWrite | None
-    ) -> list[str]:
-        """Write a new batch in the caller's task (no flush task: ~5 µs less per append,
-        bench/redis_appends_bench.py) once the batch before it is settled. It takes joiners
-        until its script call is packed into a pipeline (``ScriptPipeline``: the loop turn
-        after this one at the earliest, later while the pipeline before it is on the wire),
-        so it is sent with no turn of its own: a slow stream's delta, appended alone, reached
-        its subscribers one loop iteration later when the batch waited a turn to be joined."""
         done: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
         batch = _Batch(list(items), release, snapshot, done)
         before, self._last = self._last, done  # batches are written in the order they opened
         if snapshot is None and not release:
             self._queue = batch
         try:
-            return await self._write_in_turn(batch, before)
+            # Not a method of its own: every append of a run passes through each frame of
+            # the chain that awaits it, once to send and once for the reply.
+            ids = await self._write_in_turn(batch, before)
         except asyncio.CancelledError:
             self._hand_off(batch, before)
             raise
+        return ids[: len(items)]
 
     async def _write_in_turn(
         self, batch: _Batch, before: asyncio.Future[list[str]] | None

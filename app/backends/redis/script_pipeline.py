@@ -135,18 +135,22 @@ class ScriptPipeline:
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
 
-    async def call(self, keys: Sequence[str | bytes], args: Args | Callable[[], Args]) -> Any:
-        """The script's reply to ``keys``/``args`` (str, bytes or int only); its error
-        (``ResponseError``, a connection error of the whole pipeline) is raised to this
-        caller only. ``args`` given as a function is called when the call is packed, the
-        loop turn after this one at the earliest: what it reads can grow until then."""
+    def call(
+        self, keys: Sequence[str | bytes], args: Args | Callable[[], Args]
+    ) -> asyncio.Future[Any]:
+        """The script's reply to ``keys``/``args`` (str, bytes or int only), to await; its
+        error (``ResponseError``, a connection error of the whole pipeline) is raised to this
+        caller only, and cancelling it withdraws a call not sent yet. ``args`` given as a
+        function is called when the call is packed, the loop turn after this one at the
+        earliest: what it reads can grow until then. A future, not a coroutine: one frame
+        less for every append of every run to pass through, twice."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(keys, args, done))
         if self._batch is None and self._slow is None and self._flush_soon is None:
             # After this loop turn: the calls made in it go together.
             self._flush_soon = loop.call_soon(self._flush)
-        return await done
+        return done
 
     def _flush(self) -> None:
         self._flush_soon = None
