@@ -5,13 +5,15 @@ the window never holds an entry twice."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import orjson
 from redis.asyncio import Redis
 
-from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog, Pending
+from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog, Pending, parse_id
 from app.backends.redis.fanout import LogReader
 from app.backends.redis.keys import ConversationKeys
+from app.backends.types import LogEntry
 from tests.app.redis_support import prefix, redis
 from tests.support import eventually
 
@@ -63,5 +65,69 @@ async def test_entries_fed_while_the_reader_starts_are_kept_once(redis: Redis, p
         # by reading Redis (and held the first entries twice).
         await eventually(lambda: reader.last_id == everything[-1])
         assert [e.id for e in reader.window_after((0, 0)) or []] == everything
+    finally:
+        await reader.stop()
+
+
+async def test_an_ended_runs_window_entries_are_frozen_and_still_read_alike(
+    redis: Redis, prefix: str
+) -> None:
+    """When a run's terminal reaches the window, the entries before it are kept as tuples the
+    collector stops tracking (a full collection walked two objects per retained event); a
+    follower that is behind still reads every one of them, in order, with the same frames,
+    also across the window's trim."""
+    keys = ConversationKeys.for_conversation("alice", "frozen", prefix=prefix)
+    log = EventLog(redis, max_len=1000)
+    reader = LogReader(redis, log, keys, window=8, owner_local=lambda: True)
+    await reader.start()
+    try:
+        inc = "i1"
+
+        def make(entry: Entry) -> bytes:
+            cached = entry.cache.sse if entry.inc == inc else b""
+            return entry.data + entry.type.encode() + cached
+
+        def owned(entries: list[Entry]) -> list[Entry]:  # as the owner feeds them
+            for entry in entries:
+                entry.inc, entry.cache = (
+                    inc,
+                    LogEntry.of_logged(
+                        f"{inc}.{entry.id}".encode(), "event", entry.data, entry.type, entry.run_id
+                    ),
+                )
+            return entries
+
+        deltas = owned(await _append(log, keys, list(range(6))))
+        reader.feed("0-0", deltas)
+        assert reader.window_view((0, 0), 100, inc, make) == [make(e) for e in deltas]
+        assert all(gc.is_tracked(e) for e in reader._entries)
+
+        terminal = await _append(log, keys, [6])
+        terminal[0].type = "run.completed"
+        owned(terminal)
+        reader.feed(deltas[-1].id, terminal)
+        gc.collect()
+        assert not any(gc.is_tracked(e) for e in reader._entries[:6])  # the ended run's
+        assert gc.is_tracked(reader._entries[6])  # the batch with the terminal, as it was
+        first = deltas + terminal
+        assert reader.window_view((0, 0), 100, inc, make) == [make(e) for e in first]
+        assert reader.window_view((0, 0), 2, inc, make) == [make(e) for e in first[:2]]
+        assert [e.id for e in reader.window_after((0, 0)) or []] == [e.id for e in first]
+        # A thawed entry brings back the LogEntry built when it was logged (no frame again).
+        thawed = (reader.window_after((0, 0)) or [])[0]
+        assert thawed.inc == inc and thawed.cache.sse == deltas[0].cache.sse
+
+        # More than the window holds: the trim drops the oldest (frozen) entries; reads from
+        # what is left stay whole, frozen and live entries alike.
+        more = owned(await _append(log, keys, list(range(7, 13))))
+        reader.feed(terminal[-1].id, more)
+        assert reader.window_view((0, 0), 100, inc, make) is None  # trimmed
+        after = parse_id(deltas[4].id)  # the window's base now
+        kept = [deltas[5], *terminal, *more]
+        assert reader.window_view(after, 100, inc, make) == [make(e) for e in kept]
+        assert reader.window_view(parse_id(terminal[0].id), 3, inc, make) == [
+            make(e) for e in more[:3]
+        ]
+        assert [e.id for e in reader.window_after(after) or []] == [e.id for e in kept]
     finally:
         await reader.stop()
