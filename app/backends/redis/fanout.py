@@ -54,14 +54,15 @@ GAP: Final = _Gap()
 
 Tick = Callable[[list[ConversationKeys]], Awaitable[None]]
 
-#: A window entry kept compact (the owner's, or one of an ended run): ``Entry``'s fields, then
-#: the incarnation its LogEntry was built for with that LogEntry's frame and data offset ("",
-#: b"", 0 when none was). A flat tuple of atomic values: CPython stops tracking it at its first
-#: collection. Kept as objects, each event was two tracked ones until the window dropped it
-#: (after 200 answers of 150 deltas, 63,000 of the gateway's 114,000, and an empty full
-#: collection took 94 ms against 37 on the memory backend, which freezes its log alike); now
-#: the owner's are one (the LogEntry, in ``_made``) while their run streams, none after.
+#: A window entry of an ended run: ``Entry``'s fields, then the incarnation its LogEntry was
+#: built for with that LogEntry's frame and data offset ("", b"", 0 when none was). A flat
+#: tuple of atomic values: CPython stops tracking it at its first collection, so the entries a
+#: window keeps once their run has ended cost a full collection nothing (kept as objects, each
+#: event was two tracked ones: after 200 answers of 150 deltas, 63,000 of the gateway's
+#: 114,000, and an empty full collection took 94 ms against 37 on the memory backend, which
+#: freezes its log alike).
 Frozen = tuple[str, str, bytes, str, str, str, bytes, int]
+_Entries = list[Entry]  # a cast's type, built once
 
 
 def _freeze(entry: Entry) -> Frozen:
@@ -136,20 +137,17 @@ class LogReader:
         self._resume = asyncio.Event()
         self.window = window
         self.block_ms = block_ms
-        #: The window: its first ``_frozen`` entries are frozen (their runs ended), and so are
-        #: the owner's entries whose LogEntries are in ``_made``.
+        #: The window: its first ``_frozen`` entries are frozen (their runs ended).
         self._entries: list[Entry | Frozen] = []
         self._frozen = 0
         self._ids: list[tuple[int, int]] = []
         self._base: tuple[int, int] = (0, 0)
         #: What :meth:`window_view` made of ``len(_made)`` entries of the window from
-        #: ``_made_from`` (never one of an ended run), for ``_made_tag`` (the backend's
-        #: LogEntry of each, for one incarnation).
+        #: ``_made_from`` (never a frozen one), for ``_made_tag`` (the backend's LogEntry of
+        #: each, for one incarnation).
         self._made: list[Any] = []
         self._made_from = 0
         self._made_tag: object = None
-        #: The ``make`` :meth:`window_view` was last given for ``_made_tag``.
-        self._make: Callable[[Entry], Any] | None = None
         #: The last catch-up read: entries strictly after ``_older_after``, with their ids.
         self._older_after: tuple[int, int] = (0, 0)
         self._older: list[Entry] = []
@@ -340,19 +338,7 @@ class LogReader:
             batch = [batch[i] for i in keep]
             ids = [ids[i] for i in keep]
         entries = self._entries
-        made, make = self._made, self._make
-        if (
-            make is not None
-            and self._made_from + len(made) == len(entries)
-            and all(entry.inc == self._made_tag for entry in batch)
-        ):
-            # The owner's entries, their LogEntries built for the incarnation the window is
-            # read in (what ``make`` answers for them): made now, the entries frozen at once
-            # (one tracked object per event while the run streams, not two).
-            made.extend(map(make, batch))
-            entries.extend([_freeze(entry) for entry in batch])
-        else:
-            entries.extend(batch)
+        entries.extend(batch)
         self._ids.extend(ids)
         self._last_id, self.last_pos = batch[-1].id, ids[-1]
         excess = len(entries) - self.window
@@ -375,9 +361,7 @@ class LogReader:
         (read again only by a follower that is behind, made again for it)."""
         entries = self._entries
         for i in range(self._frozen, end):
-            entry = entries[i]
-            if isinstance(entry, Entry):
-                entries[i] = _freeze(entry)
+            entries[i] = _freeze(cast(Entry, entries[i]))
         if end <= self._frozen:
             return
         self._frozen = end
@@ -457,13 +441,12 @@ class LogReader:
             return None
         if tag != self._made_tag:
             self._made, self._made_tag, self._made_from = [], tag, self._frozen
-        self._make = make
         i = bisect.bisect_right(self._ids, cursor)
         entries = self._entries
         stop = min(len(entries), i + limit)
         made, start = self._made, self._made_from
-        if start + len(made) < stop:
-            made.extend([make(_thaw(entry)) for entry in entries[start + len(made) : stop]])
+        if start + len(made) < stop:  # from ``_made_from`` on: never a frozen entry
+            made.extend(map(make, cast(_Entries, entries[start + len(made) : stop])))
         if i >= start:
             return made[i - start : stop - start]
         # Entries of ended runs, for a follower that is behind: made for this read only.
