@@ -359,11 +359,11 @@ class LogReader:
     def _freeze_before(self, end: int) -> None:
         """A run ended in the entries from ``end`` on: freeze the window's entries before them
         (read again only by a follower that is behind, made again for it)."""
+        if end <= self._frozen:
+            return
         entries = self._entries
         for i in range(self._frozen, end):
             entries[i] = _freeze(cast(Entry, entries[i]))
-        if end <= self._frozen:
-            return
         self._frozen = end
         if self._made_from < end:
             del self._made[: end - self._made_from]
