@@ -46,6 +46,15 @@ class GatewayApp(FastAPI):
                 extensions[TRANSPORT_EXTENSION] = transport
             if scope["type"] == "http":
                 extensions[SERVER_SEND_EXTENSION] = send
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                # ``send`` is the server's bound method, and the server's request object holds
+                # this scope: left here, the pair is a reference cycle that keeps the whole
+                # connection (protocol, transport, response) until a full collection.
+                extensions.pop(SERVER_SEND_EXTENSION, None)
+                extensions.pop(TRANSPORT_EXTENSION, None)
+            return
         await super().__call__(scope, receive, send)
 
 

@@ -18,6 +18,10 @@ T = TypeVar("T")
 StopCause = Literal["abort", "deadline"]
 
 
+def _nothing() -> None:
+    return None
+
+
 class Stopper:
     __slots__ = ("_callbacks", "_remove_signal", "_timer", "cause", "signal")
 
@@ -68,7 +72,10 @@ class Stopper:
             raise self.error()
 
     def close(self) -> None:
-        self._remove_signal()
+        # The remover's closure holds the callback that holds this stopper: drop it, or the
+        # stopper (and the run it belongs to) lives until a full collection.
+        remove, self._remove_signal = self._remove_signal, _nothing
+        remove()
         if self._timer is not None:
             self._timer.cancel()
         self._callbacks.clear()

@@ -313,8 +313,15 @@ class SSETransport:
                 raise
             finally:
                 await response.aclose()
+                # httpx binds the stream to its response, each referring to the other: once
+                # closed, unbind it, so the response and its connection's objects die by
+                # reference count with the run instead of waiting for a full collection.
+                response.stream = _CLOSED_STREAM
         finally:
             stopper.close()
+
+
+_CLOSED_STREAM = httpx.ByteStream(b"")
 
 
 def body_reads(response: httpx.Response) -> AsyncIterator[bytes]:
