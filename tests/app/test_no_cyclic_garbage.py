@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+import orjson
+import websockets
 
 from app.streams.sse import _GatewayEventSource
 from providers.transports._abort import Stopper
@@ -28,6 +30,14 @@ SCRIPT = [
     ("message.delta", {"messageId": "m1", "delta": "hello"}),
     ("message.completed", {"messageId": "m1"}),
 ]
+
+
+def _ends_a_run(frame: dict[str, Any]) -> bool:
+    return frame["type"] == "event" and frame["event"]["type"] in (
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+    )
 
 
 @contextmanager
@@ -88,13 +98,30 @@ async def test_runs_and_streams_leave_no_cyclic_garbage(start_gateway: StartGate
                 assert terminal(await reading)
                 await wait_state(client, key, lambda s: s["activeRunId"] is None)
 
+            async def over_websocket(key: str) -> None:
+                url = f"{gw.ws_url}/v1/conversations/{key}/ws"
+                async with websockets.connect(url) as ws:
+                    assert orjson.loads(await ws.recv())["type"] == "snapshot"
+                    await ws.send(
+                        orjson.dumps({"op": "request", "input": {"prompt": "go"}}).decode()
+                    )
+                    while not _ends_a_run(orjson.loads(await ws.recv())):
+                        pass
+                await wait_state(client, key, lambda s: s["activeRunId"] is None)
+
             async def streams_closed() -> bool:
-                return await metric(client, "agent_gateway_subscribers") == 0
+                sse = await metric(client, "agent_gateway_subscribers")
+                return sse == 0 and await metric(client, "agent_gateway_subscribers", "ws") == 0
 
             await converse("warm")  # what a first request builds once (caches, pools)
+            await over_websocket("warm-ws")
             await eventually_async(streams_closed, what="the warm-up stream ended")
             with collector_held() as garbage:
-                await asyncio.gather(*(converse(f"c{i}") for i in range(4)))
+                await asyncio.gather(
+                    *(converse(f"c{i}") for i in range(4)),
+                    over_websocket("w1"),
+                    over_websocket("w2"),
+                )
                 await eventually_async(streams_closed, what="every stream ended")
     named = Counter(what for obj in garbage if (what := _what(obj, upstream.port)) is not None)
     assert not named, named
