@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
-from app.runs.event_pipe import INLINE_GAP_SECONDS, EventPipe
+from app.runs.event_pipe import INLINE_GAP_SECONDS, INLINE_MAX_ITEMS, EventPipe
 from app.runs.execute import ActiveRun, RunRequest, execute_run, passes_unchanged
 from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from core.events import validate_event
@@ -232,6 +232,41 @@ async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
     await pipe.flush()
     assert backend.batches == [1, 1]
     assert [e.decoded()["sequence"] for e in logged] == [0, 1]
+
+
+async def test_a_large_read_after_a_gap_goes_to_the_drain_task_on_a_round_trip_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a backend whose appends wait (Redis), a read of more than ``INLINE_MAX_ITEMS``
+    events is a fast stream's even when checking it took longer than the gap: the runner does
+    not wait for its round trip (the put returns while the write is in flight), and the next
+    read is taken meanwhile. A small read after a gap is still written inline."""
+    backend = await _backend()
+    backend.inline_appends = True
+    backend.appends_wait = True
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend)
+    clock = loop_clock(monkeypatch)
+    small = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 0, "run.started"))))
+    for _ in range(10):  # no timer may fire while the loop's clock is frozen: turns only
+        await asyncio.sleep(0)
+    assert backend.batches == [1] and not small.done()  # inline: the put waits for its write
+    backend.gate.set()
+    await small
+    backend.gate.clear()
+    clock.advance(INLINE_GAP_SECONDS * 3)  # the read took its time to check: past the gap
+    large = [LogItem.of_event(event("r1", seq, "x")) for seq in range(1, INLINE_MAX_ITEMS + 2)]
+    put = asyncio.ensure_future(pipe.put_all(large))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert put.done()  # the runner is free: the drain task writes the read
+    assert backend.batches == [1, INLINE_MAX_ITEMS + 1]  # in flight
+    await pipe.put(LogItem.of_event(event("r1", INLINE_MAX_ITEMS + 2, "x")))  # taken meanwhile
+    monkeypatch.undo()
+    backend.gate.set()
+    await pipe.flush()
+    assert backend.batches == [1, INLINE_MAX_ITEMS + 1, 1]
+    assert [e.decoded()["sequence"] for e in logged] == list(range(INLINE_MAX_ITEMS + 3))
 
 
 async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
