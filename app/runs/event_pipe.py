@@ -13,7 +13,9 @@ is written inline, in the runner's task, when the previous read came at least
 per read) then costs no task and no task switch per read (on Redis ~4 % of the gateway's CPU at
 40 such streams). Reads that come faster go through the drain task as above, which batches
 them (in-process at full speed, inline writes of each read cost +3-5 µs/event; on Redis the
-next read would wait for each round trip). Same order and the same error reporting either way.
+next read would wait for each round trip); so does, on Redis, a read of more than
+``INLINE_MAX_ITEMS`` events (a fast stream's, however long checking it took). Same order and
+the same error reporting either way.
 """
 
 from __future__ import annotations
