@@ -208,14 +208,14 @@ async def test_an_inline_write_that_suspends_holds_the_runner_until_it_lands() -
     assert [e.decoded()["sequence"] for e in logged] == [0, 1]
 
 
-async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The gap is counted from the end of the inline write: a fast stream whose read waited
-    for a slow write is batched by the drain task (reads and writes overlap), not written
-    inline read after read."""
+async def _first_read_written_inline(
+    monkeypatch: pytest.MonkeyPatch, *, appends_wait: bool = False
+) -> tuple[GatedBackend, EventPipe, list[LogEntry], LoopClock, asyncio.Future[None]]:
+    """A pipe on a gated backend written inline (a round trip: Redis), the loop's clock
+    frozen, and its first read's put waiting for its write, in flight."""
     backend = await _backend()
     backend.inline_appends = True
+    backend.appends_wait = appends_wait
     logged: list[LogEntry] = []
     pipe = EventPipe(backend, REF, logged.extend)
     clock = loop_clock(monkeypatch)
@@ -223,6 +223,16 @@ async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
     for _ in range(10):  # no timer may fire while the loop's clock is frozen: turns only
         await asyncio.sleep(0)
     assert backend.batches == [1] and not put.done()  # written inline, in flight
+    return backend, pipe, logged, clock, put
+
+
+async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gap is counted from the end of the inline write: a fast stream whose read waited
+    for a slow write is batched by the drain task (reads and writes overlap), not written
+    inline read after read."""
+    backend, pipe, logged, clock, put = await _first_read_written_inline(monkeypatch)
     clock.advance(INLINE_GAP_SECONDS * 5)  # a slow round trip
     backend.gate.set()
     await put
@@ -241,16 +251,9 @@ async def test_a_large_read_after_a_gap_goes_to_the_drain_task_on_a_round_trip_b
     events is a fast stream's even when checking it took longer than the gap: the runner does
     not wait for its round trip (the put returns while the write is in flight), and the next
     read is taken meanwhile. A small read after a gap is still written inline."""
-    backend = await _backend()
-    backend.inline_appends = True
-    backend.appends_wait = True
-    logged: list[LogEntry] = []
-    pipe = EventPipe(backend, REF, logged.extend)
-    clock = loop_clock(monkeypatch)
-    small = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 0, "run.started"))))
-    for _ in range(10):  # no timer may fire while the loop's clock is frozen: turns only
-        await asyncio.sleep(0)
-    assert backend.batches == [1] and not small.done()  # inline: the put waits for its write
+    backend, pipe, logged, clock, small = await _first_read_written_inline(
+        monkeypatch, appends_wait=True
+    )
     backend.gate.set()
     await small
     backend.gate.clear()
