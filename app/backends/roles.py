@@ -121,7 +121,8 @@ class EventAppender(Protocol):
     #: never suspends (memory) or takes one short round trip (Redis: ~0.3 ms, against reads
     #: 20 ms apart at 50 deltas/s, so the stream waits for nothing it would notice).
     inline_appends: bool = False
-    #: An append waits for a round trip (Redis): a run's writer that batches a fast stream
+    #: An append waits for a round trip (Redis): a run's writer hands a read of many events to
+    #: its drain task, never writing it inline (``app.runs.event_pipe.INLINE_MAX_ITEMS``), and
     #: gives the producer a loop turn before each write, so more of it goes in that write.
     appends_wait: bool = False
 
