@@ -82,24 +82,32 @@ class Stopper:
 
 
 async def race_stop(coro: Coroutine[Any, Any, T], stopper: Stopper) -> T:
-    """Await ``coro``; if ``stopper`` fires first, cancel it and raise the stop error."""
+    """Await ``coro``; if ``stopper`` fires first, cancel it and raise the stop error.
+
+    ``coro`` runs in the calling task, which the stopper cancels (as ``wait_within`` does): no
+    task of its own, so the upstream request of a run start is sent without a task switch.
+    """
     if stopper.stopped:
         coro.close()
         raise stopper.error()
-    task: asyncio.Task[T] = asyncio.ensure_future(coro)
+    task = asyncio.current_task()
+    assert task is not None
+    stopped = False
 
     def cancel() -> None:
+        nonlocal stopped
+        stopped = True
         task.cancel()
 
     remove = stopper.on_stop(cancel)
     try:
-        return await task
+        result = await coro
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if stopper.stopped and (current is None or current.cancelling() == 0):
+        if stopped and task.uncancel() == 0:
             raise stopper.error() from None
         raise
     finally:
         remove()
-        if not task.done():
-            task.cancel()
+    if stopped:  # ``coro`` absorbed the cancellation: withdraw it (the caller sees the stopper)
+        task.uncancel()
+    return result
