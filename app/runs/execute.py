@@ -55,31 +55,32 @@ class RunRequest:
     input: dict[str, Any]
     provider: str
     emit_user_message: bool = True
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Set once the run's ``run.started`` is in the log (and state), or the run is over.
+    #: Set once the run's ``run.started`` is in the log (and state), or the run is over or
+    #: dropped before it started (:meth:`finish`).
     started: asyncio.Event = field(default_factory=asyncio.Event)
     #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
     #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
     cancelled: QueuedCancelReason | None = None
 
+    def finish(self) -> None:
+        """The run is over, or will never start: its start's waiters go on."""
+        self.started.set()
+
     async def wait_started(self, within: float = START_WAIT_SECONDS) -> bool:
         """Wait (bounded) until ``run.started`` is logged or the run ended; True if it did.
 
         The 202 of a started run waits for this, so a ``GET …/state`` sent after it, to any
-        instance, already shows the run as active.
+        instance, already shows the run as active. One event and one timer: every run start
+        waits here, and a wait on two events took two tasks.
         """
-        if self.started.is_set() or self.done.is_set():
+        if self.started.is_set():
             return True
-        waits = [
-            asyncio.ensure_future(self.started.wait()),
-            asyncio.ensure_future(self.done.wait()),
-        ]
         try:
-            finished, _ = await asyncio.wait(waits, timeout=within, return_when="FIRST_COMPLETED")
-        finally:
-            for waiter in waits:
-                waiter.cancel()
-        return bool(finished)
+            async with asyncio.timeout(within):
+                await self.started.wait()
+        except TimeoutError:
+            return False
+        return True
 
 
 class CommandQueue(asyncio.Queue[Command]):

@@ -320,7 +320,7 @@ class RunManager:
                 finally:
                     if not _queued(slot.queue, request):
                         slot.current = None
-                        request.done.set()
+                        request.finish()
         finally:
             if slot.claimed is not None:  # its request was dropped before it could start
                 claimed, slot.claimed = slot.claimed, None
@@ -434,7 +434,7 @@ class RunManager:
         slot = self._slots.get(ref)
         if slot is not None:
             for request in slot.queue:
-                request.done.set()
+                request.finish()
             slot.queue.clear()
         await self.backend.request_abort(ref, None, "aborted")
         await self.wait_idle(ref, wait)
