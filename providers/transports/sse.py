@@ -32,7 +32,7 @@ from providers.errors import (
 )
 from providers.signal import AbortSignal
 from providers.transports._abort import Stopper, race_stop
-from providers.transports.cookies import NoCookies
+from providers.transports.cookies import CookielessClient
 from providers.transports.http11_body import direct_body
 from providers.transports.pool import pooled_transport
 from providers.transports.request import UpstreamRequest
@@ -235,11 +235,8 @@ class SSETransport:
                 max_keepalive_connections=self.max_connections,
                 keepalive_expiry=4.0,
             )
-            self._client = httpx.AsyncClient(
-                timeout=timeout,
-                limits=limits,
-                transport=pooled_transport(limits),
-                cookies=NoCookies(),
+            self._client = CookielessClient(
+                timeout=timeout, limits=limits, transport=pooled_transport(limits)
             )
         return self._client
 
