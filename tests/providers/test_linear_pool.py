@@ -8,7 +8,8 @@ from typing import Any
 
 import httpcore
 
-from providers.transports import SSETransport
+from providers.signal import AbortSignal
+from providers.transports import SSETransport, UpstreamRequest
 from providers.transports.pool import LinearConnectionPool
 from tests.loopback_asgi import serve_asgi
 
@@ -179,3 +180,54 @@ async def test_the_transport_runs_on_the_linear_pool_and_reuses_connections() ->
             assert [a.status_code for a in answers] == [200] * 6
         assert len(pool.connections) == 6  # reused, not one per request
     await transport.aclose()
+
+
+async def test_a_request_on_a_pooled_connection_goes_out_without_a_loop_turn(
+    monkeypatch: Any,
+) -> None:
+    """Every task ready when a run sends its upstream request used to run first (httpcore's
+    locks take a loop turn each, and the request ran in a task of its own): on a pooled
+    connection the request is now written in the turn that asked for it."""
+    import providers.transports.network as network
+
+    loop = asyncio.get_running_loop()
+    turns = 0
+    ticking = True
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    written_at: list[int] = []
+    write = network.AsyncioStream.write
+
+    async def counting_write(self: Any, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        written_at.append(turns)
+        await write(self, buffer, timeout)
+
+    monkeypatch.setattr(network.AsyncioStream, "write", counting_write)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"data: ok\n\n"})
+
+    transport = SSETransport(max_connections=4)
+    try:
+        async with serve_asgi(app, log_level="critical") as port:
+            request = UpstreamRequest(f"http://127.0.0.1:{port}/run", json={})
+            for _ in range(2):  # the first connects (loop turns); the second reuses it
+                written_at.clear()
+                events = transport.open(request, AbortSignal())
+                loop.call_soon(tick)
+                asked_at = turns
+                assert (await anext(events)).data == "ok"
+                await events.aclose()
+            ticking = False
+    finally:
+        await transport.aclose()
+    assert written_at and written_at[0] == asked_at
