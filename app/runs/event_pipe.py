@@ -9,7 +9,9 @@ raised to the runner at its next ``put`` (and by ``close``).
 
 A backend with ``inline_appends`` (memory, whose writes never suspend; Redis, one round trip)
 is written inline, in the runner's task, when the previous read came at least
-``INLINE_GAP_SECONDS`` before and no write is in flight: a slow stream (50 deltas/s, one event
+``INLINE_GAP_SECONDS`` before (or it is the first read after the run's start events, whose
+round trip to the upstream came between: the time to first token) and no write is in
+flight: a slow stream (50 deltas/s, one event
 per read) then costs no task and no task switch per read (on Redis ~4 % of the gateway's CPU at
 40 such streams). Reads that come faster go through the drain task as above, which batches
 them (in-process at full speed, inline writes of each read cost +3-5 µs/event; on Redis the
@@ -63,6 +65,7 @@ class EventPipe:
         self._inline = backend.inline_appends
         self._waits = backend.appends_wait
         self._last_put = float("-inf")
+        self._first = True
         self._items: list[LogItem] = []
         self._task: asyncio.Task[None] | None = None
         self._space = asyncio.Event()
@@ -78,8 +81,10 @@ class EventPipe:
         while the buffer is full."""
         if self.error is not None:
             raise self.error
+        loop = asyncio.get_running_loop()
+        first, self._first = self._first, False
         if self._inline:
-            now = asyncio.get_running_loop().time()
+            now = loop.time()
             inline = self._task is None and now - self._last_put >= INLINE_GAP_SECONDS
             if inline and self._waits and len(items) > INLINE_MAX_ITEMS:
                 inline = False  # a fast stream's read: see INLINE_MAX_ITEMS
@@ -95,7 +100,9 @@ class EventPipe:
             finally:
                 # The gap is counted from the write's end: a read that waited for a round trip
                 # (a fast stream) goes to the drain task, so reads and writes overlap again.
-                self._last_put = asyncio.get_running_loop().time()
+                # Not from the first put's (the run's start events): the upstream's first read
+                # comes after its round trip, batched with nothing and awaited by the user.
+                self._last_put = float("-inf") if first else loop.time()
             self._on_logged(entries)
             return
         self._items.extend(items)

@@ -212,17 +212,21 @@ async def _first_read_written_inline(
     monkeypatch: pytest.MonkeyPatch, *, appends_wait: bool = False
 ) -> tuple[GatedBackend, EventPipe, list[LogEntry], LoopClock, asyncio.Future[None]]:
     """A pipe on a gated backend written inline (a round trip: Redis), the loop's clock
-    frozen, and its first read's put waiting for its write, in flight."""
+    frozen, the run's start events written, and its first read's put waiting for its write,
+    in flight."""
     backend = await _backend()
     backend.inline_appends = True
     backend.appends_wait = appends_wait
     logged: list[LogEntry] = []
     pipe = EventPipe(backend, REF, logged.extend)
     clock = loop_clock(monkeypatch)
-    put = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 0, "run.started"))))
+    backend.gate.set()
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    backend.gate.clear()
+    put = asyncio.ensure_future(pipe.put(LogItem.of_event(event("r1", 1, "x"))))
     for _ in range(10):  # no timer may fire while the loop's clock is frozen: turns only
         await asyncio.sleep(0)
-    assert backend.batches == [1] and not put.done()  # written inline, in flight
+    assert backend.batches == [1, 1] and not put.done()  # written inline, in flight
     return backend, pipe, logged, clock, put
 
 
@@ -236,12 +240,12 @@ async def test_a_read_right_after_a_long_inline_write_goes_to_the_drain_task(
     clock.advance(INLINE_GAP_SECONDS * 5)  # a slow round trip
     backend.gate.set()
     await put
-    await pipe.put(LogItem.of_event(event("r1", 1, "x")))  # read at once after it
-    assert backend.batches == [1]  # queued for the drain task, not written inline
+    await pipe.put(LogItem.of_event(event("r1", 2, "x")))  # read at once after it
+    assert backend.batches == [1, 1]  # queued for the drain task, not written inline
     monkeypatch.undo()
     await pipe.flush()
-    assert backend.batches == [1, 1]
-    assert [e.decoded()["sequence"] for e in logged] == [0, 1]
+    assert backend.batches == [1, 1, 1]
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1, 2]
 
 
 async def test_a_large_read_after_a_gap_goes_to_the_drain_task_on_a_round_trip_backend(
@@ -258,18 +262,18 @@ async def test_a_large_read_after_a_gap_goes_to_the_drain_task_on_a_round_trip_b
     await small
     backend.gate.clear()
     clock.advance(INLINE_GAP_SECONDS * 3)  # the read took its time to check: past the gap
-    large = [LogItem.of_event(event("r1", seq, "x")) for seq in range(1, INLINE_MAX_ITEMS + 2)]
+    large = [LogItem.of_event(event("r1", seq, "x")) for seq in range(2, INLINE_MAX_ITEMS + 3)]
     put = asyncio.ensure_future(pipe.put_all(large))
     for _ in range(10):
         await asyncio.sleep(0)
     assert put.done()  # the runner is free: the drain task writes the read
-    assert backend.batches == [1, INLINE_MAX_ITEMS + 1]  # in flight
-    await pipe.put(LogItem.of_event(event("r1", INLINE_MAX_ITEMS + 2, "x")))  # taken meanwhile
+    assert backend.batches == [1, 1, INLINE_MAX_ITEMS + 1]  # in flight
+    await pipe.put(LogItem.of_event(event("r1", INLINE_MAX_ITEMS + 3, "x")))  # taken meanwhile
     monkeypatch.undo()
     backend.gate.set()
     await pipe.flush()
-    assert backend.batches == [1, INLINE_MAX_ITEMS + 1, 1]
-    assert [e.decoded()["sequence"] for e in logged] == list(range(INLINE_MAX_ITEMS + 3))
+    assert backend.batches == [1, 1, INLINE_MAX_ITEMS + 1, 1]
+    assert [e.decoded()["sequence"] for e in logged] == list(range(INLINE_MAX_ITEMS + 4))
 
 
 async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
@@ -280,14 +284,42 @@ async def test_reads_that_come_back_to_back_are_batched_by_the_drain_task(
     logged: list[LogEntry] = []
     pipe = EventPipe(backend, REF, logged.extend)
     clock = loop_clock(monkeypatch)
-    for seq in range(5):  # a stream at full speed: each read just under the gap after the last
+    for seq in range(6):  # a stream at full speed: each read just under the gap after the last
         await pipe.put(LogItem.of_event(event("r1", seq, "run.started" if seq == 0 else "x")))
         clock.advance(INLINE_GAP_SECONDS * 0.9)
     monkeypatch.undo()
-    assert backend.batches == [1]  # the first inline, the next four wait for the drain task
+    # The start and the first read inline (see the next test), the next four wait for the
+    # drain task.
+    assert backend.batches == [1, 1]
     await pipe.flush()
-    assert backend.batches == [1, 4]
-    assert [e.decoded()["sequence"] for e in logged] == list(range(5))
+    assert backend.batches == [1, 1, 4]
+    assert [e.decoded()["sequence"] for e in logged] == list(range(6))
+
+
+async def test_the_first_read_after_the_start_is_written_inline_however_soon_it_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first put is the run's start events; the upstream's first read comes after its
+    round trip (on loopback well under the gap) and has nothing to be batched with: it is
+    written at once, not after the reads the runner finds buffered behind it."""
+    backend = RecordingMemoryBackend()
+    await backend.create_conversation(REF, meta())
+    logged: list[LogEntry] = []
+    pipe = EventPipe(backend, REF, logged.extend)
+    tasks = len(asyncio.all_tasks())
+    clock = loop_clock(monkeypatch)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    clock.advance(INLINE_GAP_SECONDS * 0.1)
+    await pipe.put_all([LogItem.of_event(event("r1", seq, "x")) for seq in (1, 2)])
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1, 2]  # before put_all returned
+    assert len(asyncio.all_tasks()) == tasks  # no drain task
+    clock.advance(INLINE_GAP_SECONDS * 0.1)
+    await pipe.put(LogItem.of_event(event("r1", 3, "x")))  # the second read: a fast stream's
+    monkeypatch.undo()
+    assert backend.batches == [1, 2]
+    await pipe.flush()
+    assert backend.batches == [1, 2, 1]
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1, 2, 3]
 
 
 async def test_a_failed_inline_write_is_raised_at_the_next_put_and_by_flush() -> None:
