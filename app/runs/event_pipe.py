@@ -10,14 +10,13 @@ raised to the runner at its next ``put`` (and by ``close``).
 A backend with ``inline_appends`` (memory, whose writes never suspend; Redis, one round trip)
 is written inline, in the runner's task, when the previous read came at least
 ``INLINE_GAP_SECONDS`` before (or it is the first read after the run's start events, whose
-round trip to the upstream came between: the time to first token) and no write is in
-flight: a slow stream (50 deltas/s, one event
-per read) then costs no task and no task switch per read (on Redis ~4 % of the gateway's CPU at
-40 such streams). Reads that come faster go through the drain task as above, which batches
-them (in-process at full speed, inline writes of each read cost +3-5 µs/event; on Redis the
-next read would wait for each round trip); so does, on Redis, a read of more than
-``INLINE_MAX_ITEMS`` events (a fast stream's, however long checking it took). Same order and
-the same error reporting either way.
+round trip to the upstream came between: the time to first token) and no write is in flight: a
+slow stream (50 deltas/s, one event per read) then costs no task and no task switch per read
+(on Redis ~4 % of the gateway's CPU at 40 such streams). Reads that come faster go through the
+drain task as above, which batches them (in-process at full speed, inline writes of each read
+cost +3-5 µs/event; on Redis the next read would wait for each round trip); so does, on Redis,
+a read of more than ``INLINE_MAX_ITEMS`` events (a fast stream's, however long checking it
+took). Same order and the same error reporting either way.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ One client serves every user's runs of a provider, so a cookie jar would send a 
 upstream set in one user's run (a runtime's session, a load balancer's stickiness) with the
 next user's requests. Dropped on arrival, they never go out; and no response is parsed for
 them: httpx's ``Cookies.extract_cookies`` builds an ``email.message`` of the response's
-headers and a ``urllib`` request of its URL before it asks the jar (~30 µs of every run
-start, ~7 % of the time from the upstream's answer to its first event reaching the runner).
+headers and a ``urllib`` request of its URL before it asks the jar (cProfile over 310 run
+starts: 77 µs per response, the profiler's own cost included).
 """
 
 from __future__ import annotations
