@@ -12,10 +12,9 @@ from providers.transports import SSETransport, UpstreamRequest
 from tests.loopback_asgi import serve_asgi
 
 
-async def test_the_shared_client_sends_no_cookie_an_earlier_run_was_given() -> None:
-    """One client serves every user's runs: a cookie an upstream set in one run (a session, a
-    load balancer's stickiness) must not go out with the next run's request."""
-    seen: list[bytes | None] = []
+def _upstream_setting_a_cookie(seen: list[bytes | None]) -> Any:
+    """An upstream that answers one SSE event and sets a cookie; ``seen`` gets the cookie
+    header of each request (None: none sent)."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -28,8 +27,15 @@ async def test_the_shared_client_sends_no_cookie_an_earlier_run_was_given() -> N
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"data: ok\n\n"})
 
+    return app
+
+
+async def test_the_shared_client_sends_no_cookie_an_earlier_run_was_given() -> None:
+    """One client serves every user's runs: a cookie an upstream set in one run (a session, a
+    load balancer's stickiness) must not go out with the next run's request."""
+    seen: list[bytes | None] = []
     transport = SSETransport(max_connections=4)
-    async with serve_asgi(app, log_level="critical") as port:
+    async with serve_asgi(_upstream_setting_a_cookie(seen), log_level="critical") as port:
         for _ in range(2):
             request = UpstreamRequest(f"http://127.0.0.1:{port}/run", json={})
             events = [e.data async for e in transport.open(request, AbortSignal())]
@@ -48,16 +54,8 @@ async def test_no_response_is_parsed_for_cookies(monkeypatch: pytest.MonkeyPatch
         parsed.append(response)
 
     monkeypatch.setattr(httpx.Cookies, "extract_cookies", extract)
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        headers = [(b"content-type", b"text/event-stream"), (b"set-cookie", b"a=b")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"data: ok\n\n"})
-
     transport = SSETransport(max_connections=4)
-    async with serve_asgi(app, log_level="critical") as port:
+    async with serve_asgi(_upstream_setting_a_cookie([]), log_level="critical") as port:
         request = UpstreamRequest(f"http://127.0.0.1:{port}/run", json={})
         assert [e.data async for e in transport.open(request, AbortSignal())] == ["ok"]
     client = transport._get_client()
