@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from httpx_sse import ServerSentEvent
@@ -389,6 +389,54 @@ async def test_the_log_reader_offers_a_feed_to_reads_waiting_at_its_head() -> No
     reader.feed("4-0", fed(["5-0"]))
     await asyncio.wait_for(waiting[0], 5)  # refused: woken
     assert at_head.cursor == "inc-4-0"  # the read goes on after what was taken
+
+
+async def test_a_feed_hands_the_writers_own_entries_to_sinks_of_its_incarnation() -> None:
+    """The run writer feeds the LogEntries it built: a sink of that incarnation at the head is
+    handed that very list (nothing made again) and a read of the window then gets those same
+    entries; a sink of another incarnation gets what the read makes."""
+    reader = LogReader(Redis(), EventLog(Redis(), 100), ConversationKeys.for_conversation("p", "c"))
+    reader.feed("0-0", fed(["1-0"]))
+    assert [e.cursor for e in reader.window_view((0, 0), 10, "inc", Made)] == ["inc-1-0"]
+    taken: list[list[Any]] = []
+
+    def sink(entries: list[Any]) -> bool:
+        taken.append(entries)
+        return True
+
+    async def fed_while_waiting(sinking: SinkWait, ids: list[str], made: Any) -> None:
+        waiting = asyncio.create_task(reader.wait(reader.version, 30, sinking))
+        await eventually(lambda: len(reader._waiters) == 1)
+        reader.feed(f"{int(ids[0][0]) - 1}-0", fed(ids), made=made)
+        assert not waiting.done()  # its sink took them
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+    ours = SinkWait(reader.last_pos, sink, "inc", Made)
+    written = [Made(e) for e in fed(["2-0", "3-0"])]
+    await fed_while_waiting(ours, ["2-0", "3-0"], ("inc", cast(list[LogEntry], written)))
+    assert taken[-1] is written and ours.cursor == "inc-3-0"
+    assert reader.window_view((1, 0), 10, "inc", Made) == written  # kept, not made again
+
+    other = SinkWait(reader.last_pos, sink, "inc-2", Made)
+    written = [Made(e) for e in fed(["4-0"])]
+    await fed_while_waiting(other, ["4-0"], ("inc", cast(list[LogEntry], written)))
+    assert [e.cursor for e in taken[-1]] == ["inc-4-0"] and taken[-1][0] is not written[0]
+
+
+async def test_a_follower_of_the_window_wakes_at_each_feed() -> None:
+    """``LogReader.follow`` waits on the reader's signal, made when asked for: each feed
+    ends the wait."""
+    reader = LogReader(Redis(), EventLog(Redis(), 100), ConversationKeys.for_conversation("p", "c"))
+    reader.feed("0-0", fed(["1-0"]))
+    batches = reader.follow("1-0")
+    for i in range(2, 5):
+        step = asyncio.ensure_future(anext(batches))
+        await eventually(lambda: reader._signal is not None)  # the follower waits on it
+        reader.feed(f"{i - 1}-0", fed([f"{i}-0"]))
+        batch = await asyncio.wait_for(step, 5)
+        assert [e.id for e in batch] == [f"{i}-0"]  # type: ignore[union-attr]
+    await batches.aclose()
 
 
 def _deltas(frames: list[ServerSentEvent]) -> int:

@@ -97,11 +97,12 @@ class RedisAppends(EventAppender):
             ids, snapshotted = await owned.append(pending, i.snapshot_every, i.log.max_len)
             if snapshotted and i.ttl_ms is not None:
                 i.spawn(i.touch_quietly(keys))
-            stored, out, positions = _logged(owned.state.inc, ids, pending)
+            inc = owned.state.inc
+            stored, out, positions = _logged(inc, ids, pending)
             reader = i.hub.readers.get(keys.tag)
             if reader is not None:
                 # Local subscribers get these frames, no XREAD.
-                reader.feed(prev, stored, positions)
+                reader.feed(prev, stored, positions, (inc, out))
             return out
 
     async def _free_append(

@@ -62,6 +62,8 @@ Tick = Callable[[list[ConversationKeys]], Awaitable[None]]
 #: 114,000, and an empty full collection took 94 ms against 37 on the memory backend, which
 #: freezes its log alike).
 Frozen = tuple[str, str, bytes, str, str, str, bytes, int]
+#: Entries' LogEntries as their writer built them, with the incarnation they are built for.
+Made = tuple[str, list[LogEntry]]
 _Entries = list[Entry]  # a cast's type, built once
 
 
@@ -103,7 +105,7 @@ class SinkWait:
     right after ``pos``, made as the read would make them (``tag``, ``make``); ``cursor`` is
     the cursor of the last entry it took (None: none yet)."""
 
-    __slots__ = ("cursor", "make", "pos", "sink", "tag")
+    __slots__ = ("last", "make", "pos", "sink", "tag")
 
     def __init__(
         self, pos: tuple[int, int], sink: ReadSink, tag: object, make: Callable[[Entry], Any]
@@ -112,7 +114,12 @@ class SinkWait:
         self.sink = sink
         self.tag = tag
         self.make = make
-        self.cursor: str | None = None
+        #: The last entry the sink took (its cursor is read once, when the read wakes).
+        self.last: LogEntry | None = None
+
+    @property
+    def cursor(self) -> str | None:
+        return None if self.last is None else self.last.cursor
 
 
 class LogReader:
@@ -159,7 +166,9 @@ class LogReader:
         self._last_id = "0-0"
         #: ``parse_id(last_id)``, kept with it (compared on every read and feed).
         self.last_pos: tuple[int, int] = (0, 0)
-        self._signal = asyncio.Event()
+        #: Made when first asked for (:attr:`signal`), dropped at each notification: most
+        #: notifications have no one waiting on it.
+        self._signal: asyncio.Event | None = None
         #: Counts notifications (new entries, reset, wake): a read that saw ``version`` before
         #: it looked at the window and finds nothing waits only while it is unchanged.
         self.version = 0
@@ -223,6 +232,8 @@ class LogReader:
     @property
     def signal(self) -> asyncio.Event:
         """Set (and replaced) when new entries arrive; capture it before checking the window."""
+        if self._signal is None:
+            self._signal = asyncio.Event()
         return self._signal
 
     def wake(self) -> None:
@@ -246,8 +257,9 @@ class LogReader:
     def _notify(self, kept: dict[asyncio.Future[None], SinkWait | None] | None = None) -> None:
         """Wake every waiting read but those in ``kept`` (their sinks took the new entries)."""
         self.version += 1
-        self._signal.set()
-        self._signal = asyncio.Event()
+        if self._signal is not None:
+            self._signal.set()
+            self._signal = None
         if self._waiters:
             for waiter in self._waiters:
                 if not waiter.done() and (kept is None or waiter not in kept):
@@ -257,19 +269,23 @@ class LogReader:
                 self._waiters.update(kept)
 
     def _offer(
-        self, after: tuple[int, int], count: int
+        self, after: tuple[int, int], count: int, made: Made | None
     ) -> dict[asyncio.Future[None], SinkWait | None] | None:
         """Offer the ``count`` entries just pushed after ``after`` to the sinks of the reads
-        waiting right before them; the waits whose sinks took them."""
+        waiting right before them; the waits whose sinks took them. ``made``: those entries'
+        LogEntries as their writer built them, for one incarnation (then not looked up)."""
         kept: dict[asyncio.Future[None], SinkWait | None] | None = None
         for waiter, sinking in self._waiters.items():
             if sinking is None or sinking.pos != after or waiter.done():
                 continue
-            entries = self.window_view(after, count, sinking.tag, sinking.make)
+            if made is not None and sinking.tag == made[0]:
+                entries: list[Any] | None = made[1]
+            else:
+                entries = self.window_view(after, count, sinking.tag, sinking.make)
             if not entries or not offer(sinking.sink, entries):
                 continue
             sinking.pos = self.last_pos
-            sinking.cursor = entries[-1].cursor
+            sinking.last = entries[-1]
             if kept is None:
                 kept = {}
             kept[waiter] = sinking
@@ -295,14 +311,20 @@ class LogReader:
             self._waiters.pop(waiter, None)
 
     def feed(
-        self, prev: str, batch: list[Entry], positions: list[tuple[int, int]] | None = None
+        self,
+        prev: str,
+        batch: list[Entry],
+        positions: list[tuple[int, int]] | None = None,
+        made: Made | None = None,
     ) -> None:
         """Entries this instance's run owner just logged right after ``prev`` (``positions``:
-        their parsed ids, when the writer has them).
+        their parsed ids, when the writer has them; ``made``: their LogEntries as the writer
+        built them, with the incarnation they are for).
 
         Pushed into the window when they follow on from what the reader holds (the frames
-        built by the writer are then shared by every local subscriber); else the reader
-        catches up from Redis.
+        built by the writer are then shared by every local subscriber, and a subscriber
+        waiting at the head is handed the writer's list itself); else the reader catches up
+        from Redis.
         """
         if not batch:
             return
@@ -311,7 +333,7 @@ class LogReader:
             self.kick()
             return
         self._behind = False
-        self._push(batch, positions)
+        self._push(batch, positions, made)
 
     def _start(self, last_id: str) -> None:
         """Start after ``last_id``, the log's end as read at start-up, unless the run writer
@@ -328,7 +350,12 @@ class LogReader:
         """Let the reading loop look again (the owner went away, or a feed left a gap)."""
         self._resume.set()
 
-    def _push(self, batch: list[Entry], positions: list[tuple[int, int]] | None = None) -> None:
+    def _push(
+        self,
+        batch: list[Entry],
+        positions: list[tuple[int, int]] | None = None,
+        made: Made | None = None,
+    ) -> None:
         last = self.last_pos
         ids = [parse_id(entry.id) for entry in batch] if positions is None else positions
         if ids[0] <= last:  # already fed by the local writer
@@ -337,7 +364,14 @@ class LogReader:
                 return
             batch = [batch[i] for i in keep]
             ids = [ids[i] for i in keep]
+            made = None
         entries = self._entries
+        if (
+            made is not None
+            and made[0] == self._made_tag
+            and self._made_from + len(self._made) == len(entries)
+        ):
+            self._made.extend(made[1])  # window_view would make the same, one by one
         entries.extend(batch)
         self._ids.extend(ids)
         self._last_id, self.last_pos = batch[-1].id, ids[-1]
@@ -354,7 +388,7 @@ class LogReader:
                 self._made_from = 0
         if not RUN_TERMINAL_TYPES.isdisjoint([entry.type for entry in batch]):
             self._freeze_before(len(entries) - len(batch))
-        self._notify(self._offer(last, len(batch)) if self._waiters else None)
+        self._notify(self._offer(last, len(batch), made) if self._waiters else None)
 
     def _freeze_before(self, end: int) -> None:
         """A run ended in the entries from ``end`` on: freeze the window's entries before them
@@ -507,7 +541,7 @@ class LogReader:
         """
         cursor = after
         while True:
-            signal = self._signal
+            signal = self.signal
             batch = self.window_after(parse_id(cursor))
             if batch is None:
                 got = await self.log.read_after(self.keys, cursor, count=500)

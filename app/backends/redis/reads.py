@@ -65,8 +65,8 @@ class RedisReads(EventReader):
                 # wake_readers() (shutdown) end it, also one since ``seen``; the caller loops.
                 sinking = None if sink is None else self._sink_wait(reader, after, sink)
                 await reader.wait(seen, wait, sinking)
-                if sinking is not None and sinking.cursor is not None:
-                    after = sinking.cursor  # past what the sink took
+                if sinking is not None and sinking.last is not None:
+                    after = sinking.last.cursor  # past what the sink took
                 return await self._read_once(reader, keys, after, limit)
             finally:
                 hub.release(reader)
