@@ -89,7 +89,7 @@ async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_
     append = EventLog.append_when_packed
 
     async def counting(
-        self: EventLog, keys: Any, token: str, close: CloseBatch, nonce: str
+        self: EventLog, keys: Any, token: str, close: CloseBatch, nonce: str, **kw: Any
     ) -> list[str]:
         def counted() -> tuple[Sequence[Pending], bool, SnapshotWrite | None]:
             items, release, snapshot = close()
@@ -97,7 +97,7 @@ async def test_a_runs_events_cost_batched_script_calls_and_no_other_command_per_
                 snapshots.append(time.monotonic())
             return items, release, snapshot
 
-        return await append(self, keys, token, counted, nonce)
+        return await append(self, keys, token, counted, nonce, **kw)
 
     monkeypatch.setattr(EventLog, "append_when_packed", counting)
     with private_redis() as server:

@@ -51,7 +51,7 @@ class FlakyLog:
         return ids
 
     async def append_when_packed(
-        self, keys: ConversationKeys, token: str, close: Any, nonce: str
+        self, keys: ConversationKeys, token: str, close: Any, nonce: str, *, fresh: bool = False
     ) -> list[str]:
         await asyncio.sleep(0)  # packed a loop turn later, as ScriptPipeline packs it
         items, release, snapshot = close()

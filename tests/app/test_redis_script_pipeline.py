@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import orjson
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
@@ -266,3 +268,62 @@ async def test_arguments_given_as_a_function_are_built_when_the_call_is_packed(
     assert await call == [b"a", b"b"]
     assert built == 1
     await pipeline.aclose()
+
+
+async def test_a_first_send_whose_reply_is_lost_is_sent_again_looking_for_itself(
+    redis: Redis, prefix: str
+) -> None:
+    """The first send of a batch does not look for its nonce in the log (nothing of it can be
+    there yet); the resend after its reply was lost (the script ran) does, so the batch is
+    written once and its caller gets the ids of that one write."""
+    client = redis_client(SHARED_REDIS_URL)
+    try:
+        log = EventLog(client, max_len=1000)
+        keys = keys_for(prefix, "lost-reply")
+        await log.append(keys, "", [ev(0)])
+        pipeline = log._append
+        replies_in = pipeline._replies_in
+        lost: list[int] = []
+
+        def lose_the_first_reply(wire: Any) -> None:
+            if not lost:  # the script ran; its reply is dropped with the connection
+                lost.append(1)
+                pipeline._abandon(RedisConnectionError("reply lost"))
+                return
+            replies_in(wire)
+
+        pipeline._replies_in = lose_the_first_reply  # type: ignore[method-assign]
+        ids = await asyncio.wait_for(log.append(keys, "", [ev(1)]), 10)
+        assert lost == [1]
+        assert await _logged(log, keys) == [0, 1]
+        assert ids == [(await log.read_after(keys, "0-0") or [])[-1].id]
+        await log.aclose()
+    finally:
+        await client.aclose()
+
+
+async def test_one_event_appends_do_not_look_for_their_batch_in_the_log() -> None:
+    """A slow stream appends one event per script call: none of those first sends reads the
+    log's newest entry (the look a resend makes), and no event's entry stores its kind."""
+    with private_redis() as server:
+        client = redis_client(server.url)
+        plain = Redis.from_url(server.url)
+        try:
+            own = Ownership(plain, "inst", lease_ttl_ms=5000)
+            log = EventLog(client, max_len=1000)
+            keys = keys_for("costs", "slow")
+            writer = FencedWriter(log, keys, (await own.claim(keys, "run_1")).token.raw)
+            await writer.append([ev(0)])  # connects (redis-py's path, which does look)
+            await plain.config_resetstat()
+            for n in range(1, 21):
+                await writer.append([ev(n)])
+            stats = await plain.info("commandstats")
+            assert stats["cmdstat_xadd"]["calls"] == 20
+            assert "cmdstat_xrevrange" not in stats
+            assert await _logged(log, keys) == list(range(21))
+            raw = await plain.xrange(keys.log)
+            assert all(b"k" not in fields for _, fields in raw)
+            await log.aclose()
+        finally:
+            await client.aclose()
+            await plain.aclose()

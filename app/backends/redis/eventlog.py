@@ -1,9 +1,9 @@
 """The conversation's event log as one Redis Stream: fenced appends, ranged reads, gap checks.
 
-An entry has four fields: ``k`` (kind: ``e`` an AgentEvent, ``x`` an extension value), ``d``
-(its JSON, serialized once by the writer), ``t`` (event type) and ``r`` (run id), so readers
-build frames without parsing the JSON. The stream id is the log position; the backend wraps it
-with the conversation's incarnation into the opaque cursor.
+An entry has the fields ``k`` (kind: ``x`` an extension value; absent, read as ``e``, for an
+AgentEvent), ``d`` (its JSON, serialized once by the writer), ``t`` (event type) and ``r`` (run
+id), so readers build frames without parsing the JSON. The stream id is the log position; the
+backend wraps it with the conversation's incarnation into the opaque cursor.
 
 Appends go through :class:`FencedWriter`: concurrent appends of one owner are coalesced into a
 single ``EVALSHA``, and the script rejects the batch with ``FENCED`` when the writer's token no
@@ -146,6 +146,17 @@ def entries_from_reply(reply: Sequence[Any]) -> list[Entry]:
     return out
 
 
+#: The append script's last argument: the batch's first send, or one that may repeat it.
+FRESH = "1"
+LOOK = "0"
+
+
+def _looked_for(args: Sequence[Any]) -> list[Any]:
+    """The append's arguments for a send that may repeat an earlier one: the script looks
+    for the batch's nonce before writing."""
+    return [*args[:-1], LOOK]
+
+
 @functools.lru_cache(maxsize=4096)
 def _append_keys(keys: ConversationKeys) -> tuple[str, ...]:
     """The keys the append script takes, built once per conversation (every append names them)."""
@@ -186,21 +197,31 @@ class EventLog:
         ``nonce`` names the batch (a fresh one by default): the script sent again with the same
         nonce, as a client-side retry after a lost reply does, answers the ids and writes nothing.
         """
+        fresh = nonce is None  # a nonce of the caller's may have been sent before
         nonce = new_nonce() if nonce is None else nonce
-        return await self.append_when_packed(keys, token, lambda: (items, release, snapshot), nonce)
+        close: CloseBatch = lambda: (items, release, snapshot)  # noqa: E731
+        return await self.append_when_packed(keys, token, close, nonce, fresh=fresh)
 
     async def append_when_packed(
-        self, keys: ConversationKeys, token: str, close: CloseBatch, nonce: str
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: CloseBatch,
+        nonce: str,
+        *,
+        fresh: bool = False,
     ) -> list[str]:
         """:meth:`append` of the batch ``close`` answers (items, release, snapshot) when the
-        call is packed into its pipeline: until then the batch can still take more."""
+        call is packed into its pipeline: until then the batch can still take more.
+        ``fresh``: the first send of the batch ``nonce`` names (the script then does not look
+        for it in the log; a resend by redis-py's path still does)."""
 
         def args() -> list[Any]:
             items, release, snapshot = close()
-            return self._args(token, items, release, snapshot, nonce)
+            return self._args(token, items, release, snapshot, nonce, fresh)
 
         try:
-            res = await self._append.call(_append_keys(keys), args)
+            res = await self._append.call(_append_keys(keys), args, _looked_for)
         except ResponseError as exc:
             if "FENCED" in str(exc):
                 raise Fenced(token) from None
@@ -214,6 +235,7 @@ class EventLog:
         release: bool,
         snapshot: SnapshotWrite | None,
         nonce: str,
+        fresh: bool = False,
     ) -> list[Any]:
         args: list[Any] = [
             token,
@@ -226,6 +248,7 @@ class EventLog:
         ]
         args += itertools.chain.from_iterable(items)  # (kind, data, type, run id) each
         args.append(nonce)
+        args.append(FRESH if fresh else LOOK)
         return args
 
     async def aclose(self) -> None:
@@ -398,7 +421,9 @@ class FencedWriter:
                     landed = await self._landed(batch.items)
                     if landed is not None:
                         return landed
-                return await self._log.append_when_packed(self._keys, self.token, close, nonce)
+                return await self._log.append_when_packed(
+                    self._keys, self.token, close, nonce, fresh=not attempt
+                )
             except TRANSIENT as exc:
                 if self._deadline is None:
                     raise

@@ -55,11 +55,15 @@ class _Call:
     #: The arguments, or what builds them when the call is packed (called once).
     args: Args | Callable[[], Args]
     done: asyncio.Future[Any]
+    #: The arguments of a send that may repeat an earlier one, made from ``args``.
+    again: Callable[[Args], Args] | None = None
 
-    def packed_args(self) -> Args:
+    def packed_args(self, again: bool = False) -> Args:
         args = self.args
         if callable(args):
             args = self.args = args()
+        if again and self.again is not None:
+            return self.again(args)
         return args
 
 
@@ -136,17 +140,22 @@ class ScriptPipeline:
         self.round_trips = 0
 
     def call(
-        self, keys: Sequence[str | bytes], args: Args | Callable[[], Args]
+        self,
+        keys: Sequence[str | bytes],
+        args: Args | Callable[[], Args],
+        again: Callable[[Args], Args] | None = None,
     ) -> asyncio.Future[Any]:
         """The script's reply to ``keys``/``args`` (str, bytes or int only), to await; its
         error (``ResponseError``, a connection error of the whole pipeline) is raised to this
         caller only, and cancelling it withdraws a call not sent yet. ``args`` given as a
         function is called when the call is packed, the loop turn after this one at the
-        earliest: what it reads can grow until then. A future, not a coroutine: one frame
-        less for every append of every run to pass through, twice."""
+        earliest: what it reads can grow until then. ``again`` makes the arguments of any
+        send through redis-py's path (a resend after a loss, whose first send may have run;
+        the first connect, which redis-py may retry) from ``args``. A future, not a
+        coroutine: one frame less for every append of every run to pass through, twice."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(keys, args, done))
+        self._pending.append(_Call(keys, args, done, again))
         if self._batch is None and self._slow is None and self._flush_soon is None:
             # After this loop turn: the calls made in it go together.
             self._flush_soon = loop.call_soon(self._flush)
@@ -168,7 +177,7 @@ class ScriptPipeline:
             return
         loop = asyncio.get_running_loop()
         try:
-            data = self._packed(batch)
+            data = self._packed(batch, again=False)
         except Exception as exc:  # an argument hiredis cannot pack: these calls fail, not hang
             _fail(batch, exc)
             if self._pending and self._flush_soon is None:
@@ -196,9 +205,9 @@ class ScriptPipeline:
                 return live
         return []
 
-    def _packed(self, calls: list[_Call]) -> list[bytes]:
+    def _packed(self, calls: list[_Call], again: bool) -> list[bytes]:
         sha = self._script.sha
-        commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args()) for c in calls]
+        commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args(again)) for c in calls]
         assert self._conn is not None
         return pack_plain_commands(self._conn, commands)
 
@@ -314,7 +323,7 @@ class ScriptPipeline:
             replies: list[Any] = []
             try:
                 async with asyncio.timeout(self._timeout):
-                    await conn.send_packed_command(self._packed(calls))
+                    await conn.send_packed_command(self._packed(calls, again=True))
                     for _ in calls:
                         try:
                             replies.append(await conn.read_response())
