@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 import websockets
+from redis.exceptions import ResponseError
 
 from app.streams.sse import _GatewayEventSource
 from providers.transports._abort import Stopper
@@ -73,6 +74,8 @@ def _what(obj: Any, upstream_port: int) -> str | None:
         return "an upstream response"
     if isinstance(obj, asyncio.CancelledError):
         return "a cancelled task's error"
+    if isinstance(obj, ResponseError):  # Redis: a read of a log not created yet
+        return "a Redis error reply"
     return None
 
 

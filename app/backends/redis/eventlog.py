@@ -264,6 +264,12 @@ class EventLog:
             pipe.xrange(keys.log, min="-" if after == ZERO_ID else "(" + after, count=count)
             pipe.execute_command("XINFO", "STREAM", keys.log)
             rng, info = await pipe.execute(raise_on_error=False)
+        for reply in (rng, info):
+            if isinstance(reply, Exception):
+                # Its traceback holds the frames that hold the reply list that holds it: a
+                # cycle per read of a log not created yet (each new conversation's first
+                # claim), left for a full collection to find. Raised again, it gets a new one.
+                reply.__traceback__ = None
         if isinstance(rng, Exception):
             raise rng
         entries = entries_from_reply(rng)
