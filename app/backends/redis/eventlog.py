@@ -198,9 +198,13 @@ class EventLog:
         nonce, as a client-side retry after a lost reply does, answers the ids and writes nothing.
         """
         fresh = nonce is None  # a nonce of the caller's may have been sent before
-        nonce = new_nonce() if nonce is None else nonce
-        close: CloseBatch = lambda: (items, release, snapshot)  # noqa: E731
-        return await self.append_when_packed(keys, token, close, nonce, fresh=fresh)
+        return await self.append_when_packed(
+            keys,
+            token,
+            lambda: (items, release, snapshot),
+            new_nonce() if nonce is None else nonce,
+            fresh=fresh,
+        )
 
     async def append_when_packed(
         self,
