@@ -14,7 +14,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
 from app.backends.redis.claims import Ownership
-from app.backends.redis.eventlog import KIND_EVENT, EventLog, Fenced, FencedWriter, Pending
+from app.backends.redis.eventlog import (
+    KIND_EVENT,
+    KIND_EXTENSION,
+    EventLog,
+    Fenced,
+    FencedWriter,
+    Pending,
+)
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.script_pipeline import ScriptPipeline
 from tests.app.redis_support import (
@@ -323,6 +330,10 @@ async def test_one_event_appends_do_not_look_for_their_batch_in_the_log() -> Non
             assert await _logged(log, keys) == list(range(21))
             raw = await plain.xrange(keys.log)
             assert all(b"k" not in fields for _, fields in raw)
+            await writer.append([Pending(KIND_EXTENSION, b'{"key":"k","value":1}')])
+            read = await log.read_after(keys, "0-0")
+            assert read is not None
+            assert [e.kind for e in read] == [KIND_EVENT] * 21 + [KIND_EXTENSION]
             await log.aclose()
         finally:
             await client.aclose()
