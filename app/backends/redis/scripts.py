@@ -90,23 +90,16 @@ elseif holder then
   return redis.error_reply('FENCED')
 end
 local ids = {}
+local stamp, none = {'b', nonce}, {}
 for i = 1, n do
   local at = 4 + 4 * i
-  local last = i == n and nonce ~= ''
-  if ARGV[at] == 'e' then
-    if last then
-      ids[i] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[at + 1], 't', ARGV[at + 2],
-                          'r', ARGV[at + 3], 'b', nonce)
-    else
-      ids[i] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[at + 1], 't', ARGV[at + 2],
-                          'r', ARGV[at + 3])
-    end
-  elseif last then
-    ids[i] = redis.call('XADD', KEYS[2], '*', 'k', ARGV[at], 'd', ARGV[at + 1],
-                        't', ARGV[at + 2], 'r', ARGV[at + 3], 'b', nonce)
+  local extra = (i == n and nonce ~= '') and stamp or none
+  if ARGV[at] == 'e' then  -- an event's kind is not stored: readers default to it
+    ids[i] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[at + 1], 't', ARGV[at + 2],
+                        'r', ARGV[at + 3], unpack(extra))
   else
     ids[i] = redis.call('XADD', KEYS[2], '*', 'k', ARGV[at], 'd', ARGV[at + 1],
-                        't', ARGV[at + 2], 'r', ARGV[at + 3])
+                        't', ARGV[at + 2], 'r', ARGV[at + 3], unpack(extra))
   end
 end
 if n > 0 then
