@@ -60,6 +60,7 @@ class ChunkDecoder:
             data = self._head + data
             self._head = b""
         pieces: list[bytes] = []
+        match = _SIZE_LINE.match
         pos = 0
         end = len(data)
         while pos < end:
@@ -84,7 +85,7 @@ class ChunkDecoder:
                 pos += len(got)
                 self._footer = footer[len(got) :]
                 continue
-            line = _SIZE_LINE.match(data, pos)
+            line = match(data, pos)
             if line is None:
                 rest = data[pos:]
                 if _SIZE_LINE_START.fullmatch(rest):
@@ -95,6 +96,13 @@ class ChunkDecoder:
             if not size:  # the last chunk: its trailers and the end of the message are h11's
                 return pieces, data[pos:]
             pos = line.end()
+            stop = pos + size
+            if data[stop : stop + 2] == b"\r\n":
+                # The whole chunk and its CRLF are in this read (nearly always): taken at once,
+                # not through the open-chunk and footer states (~840 -> ~600 ns a chunk).
+                pieces.append(data[pos:stop])
+                pos = stop + 2
+                continue
             self._left = size
         return pieces, None
 
