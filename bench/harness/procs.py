@@ -230,8 +230,21 @@ def pid_user_system_seconds(pid: int) -> tuple[float, float]:
 
 
 def pid_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far."""
-    return sum(pid_user_system_seconds(pid))
+    """CPU time of process ``pid`` so far: the scheduler's on-CPU time of each of its live
+    threads (``/proc/<pid>/task/*/schedstat``, in ns), else user + system time.
+
+    ``/proc/<pid>/stat`` counts in clock ticks (10 ms): a 20,000-event run at ~10 µs per event
+    is ~20 ticks, so one tick more or less moved a per-event figure by 0.5 µs (5 %) and a
+    ratio of two such figures by up to 10 %. The scheduler's count is exact to the ns.
+    """
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return sum(pid_user_system_seconds(pid))
+    return total / 1e9 if total else sum(pid_user_system_seconds(pid))
 
 
 class RedisProcess:
