@@ -235,7 +235,9 @@ def pid_cpu_seconds(pid: int) -> float:
 
     ``/proc/<pid>/stat`` counts in clock ticks (10 ms): a 20,000-event run at ~10 µs per event
     is ~20 ticks, so one tick more or less moved a per-event figure by 0.5 µs (5 %) and a
-    ratio of two such figures by up to 10 %. The scheduler's count is exact to the ns.
+    ratio of two such figures by up to 10 %. The scheduler counts in ns. A thread that ended
+    takes its count with it: the servers' threads (the loop's, the default executor's) live as
+    long as the process.
     """
     total = 0
     try:
