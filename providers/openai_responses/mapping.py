@@ -37,7 +37,14 @@ from providers.errors import UpstreamProtocolError
 from providers.model_calls import parse_arguments
 from providers.openai_responses.events import upstream_error
 
-__all__ = ["EVENT_HANDLERS", "OutputItem", "ResponseCall", "apply_event", "finish_items"]
+__all__ = [
+    "EVENT_HANDLERS",
+    "OutputItem",
+    "ResponseCall",
+    "apply_event",
+    "finish_items",
+    "item_parts",
+]
 
 TRUNCATED = "truncated_arguments"
 #: item fields that hold a built-in tool's results rather than its inputs
@@ -110,6 +117,11 @@ Handler = Callable[[ResponseCall, RunContext, Mapping[str, Any]], None]
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def item_parts(value: Any) -> list[Any]:
+    """An upstream item's parts (``content``, ``summary``): anything but a list has none."""
+    return value if isinstance(value, list) else []
 
 
 def _int(value: Any) -> int | None:
@@ -326,7 +338,7 @@ def _finish_message(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -
     """Text the deltas missed, then ``message.completed`` (citations of the final item's text
     parts in ``meta.annotations``)."""
     annotations: list[Any] = []
-    for position, part in enumerate(raw.get("content") or ()):
+    for position, part in enumerate(item_parts(raw.get("content"))):
         if not isinstance(part, Mapping):
             continue
         if part.get("type") == "output_text":
@@ -344,7 +356,7 @@ def _finish_message(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -
 
 def _finish_reasoning(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -> None:
     for group, kind in (("summary", "summary"), ("content", "content")):
-        for position, part in enumerate(raw.get(group) or ()):
+        for position, part in enumerate(item_parts(raw.get(group))):
             if isinstance(part, Mapping):
                 _rest(item, ctx, (kind, position), _str(part.get("text")))
     if item.opened:

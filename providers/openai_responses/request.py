@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from providers.model_calls import content_text
-from providers.openai_responses.mapping import SERVER_TOOLS
+from providers.openai_responses.mapping import SERVER_TOOLS, item_parts
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -99,7 +99,7 @@ def remember_response_turn(
         str(part.get("text", ""))
         for item in items
         if item.get("type") == "message"
-        for part in item.get("content") or ()
+        for part in item_parts(item.get("content"))
         if isinstance(part, Mapping) and part.get("type") == "output_text"
     )
     call_ids = [str(item["call_id"]) for item in items if item.get("call_id")]

@@ -260,6 +260,31 @@ async def test_refusal_is_content_with_meta_refusal(part_added: bool) -> None:
     assert started["meta"]["refusal"] is True and finished["meta"] == {"refusal": True}
 
 
+@pytest.mark.parametrize("parts", [1, "text", {"type": "output_text"}, True])
+async def test_done_items_whose_parts_are_not_a_list_keep_the_streamed_text(parts: Any) -> None:
+    # Found by test_fuzz_chunks (a done message item with ``content: 1``): iterating it raised
+    # TypeError and the run failed with provider_error instead of completing.
+    message = {"type": "message", "id": "m", "role": "assistant", "content": []}
+    item = {"type": "reasoning", "id": "rs", "summary": []}
+    events = await play(
+        [
+            created(),
+            added(0, **item),
+            event(
+                "response.reasoning_summary_text.delta", output_index=0, summary_index=0, delta="R"
+            ),
+            done(0, **{**item, "summary": parts, "content": parts}),
+            added(1, **message),
+            event("response.output_text.delta", output_index=1, content_index=0, delta="Hi"),
+            done(1, **{**message, "content": parts}),
+            completed(),
+        ]
+    )
+    assert events[-1]["type"] == "run.completed"
+    assert assistant_texts(events) == ["Hi"]
+    assert reasoning_texts(events) == ["R"]
+
+
 async def test_summary_parts_are_separated_and_raw_reasoning_too() -> None:
     item = {"type": "reasoning", "id": "rs", "summary": []}
 
