@@ -120,7 +120,8 @@ def _str(value: Any) -> str:
 
 
 def item_parts(value: Any) -> list[Any]:
-    """An upstream item's parts (``content``, ``summary``): anything but a list has none."""
+    """An upstream item's list field (``content``, ``summary``, a part's ``annotations``):
+    anything but a list is empty."""
     return value if isinstance(value, list) else []
 
 
@@ -343,8 +344,7 @@ def _finish_message(item: OutputItem, ctx: RunContext, raw: Mapping[str, Any]) -
             continue
         if part.get("type") == "output_text":
             _rest(item, ctx, ("text", position), _str(part.get("text")))
-            found = part.get("annotations")
-            annotations.extend(found if isinstance(found, list) else ())
+            annotations.extend(item_parts(part.get("annotations")))
         elif part.get("type") == "refusal":
             _rest(item, ctx, ("refusal", position), _str(part.get("refusal")))
     if item.opened:
