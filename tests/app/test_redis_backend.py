@@ -566,6 +566,44 @@ async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookup
             await backend.close()
 
 
+async def test_followers_of_a_conversation_its_owner_creates_read_with_no_lookup(
+    one: RedisBackend,
+) -> None:
+    """Followers waiting for a conversation this instance creates and runs learn its
+    incarnation from the run's first append (the one its writer logs in): their wake-up costs
+    no HGET, and what they read is what another instance reads, cursors included."""
+    backend = one
+    ref = ConversationRef("alice", "owned-later")
+    lookups: list[None] = []
+    lookup = backend.reads._lookup
+
+    async def counted(*args: Any) -> str | None:
+        lookups.append(None)
+        return await lookup(*args)
+
+    backend.reads._lookup = counted  # type: ignore[method-assign]
+    followers = [
+        asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(5)
+    ]
+    hub = backend.reads._i.hub
+    await eventually(lambda: sum(r.refs for r in hub.readers.values()) == 5, what="all waiting")
+    before = len(lookups)
+    assert before >= 1  # the followers looked, and found no conversation
+    await backend.create_conversation(ref, meta())
+    assert await backend.claim_run(ref, Control("r1"))
+    (entry,) = await backend.append_batch(ref, [LogItem.of_event(event("r1", 0, "run.started"))])
+    results = await asyncio.wait_for(asyncio.gather(*followers), 10)
+    assert all([e.cursor for e in r.entries] == [entry.cursor] for r in results)
+    assert len(lookups) == before  # woken with the incarnation known
+    assert entry.cursor == await backend.head_cursor(ref)  # the incarnation Redis holds
+    other = make_backend(backend.prefix)
+    try:
+        from_other = await other.read(ref, EMPTY_CURSOR, limit=10, wait=0)
+    finally:
+        await other.close()
+    assert [e.cursor for e in from_other.entries] == [entry.cursor]
+
+
 @pytest.fixture
 async def one() -> AsyncIterator[RedisBackend]:
     prefix = unique_prefix()

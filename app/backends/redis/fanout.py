@@ -593,6 +593,14 @@ class ReaderHub:
     def readers(self) -> dict[str, LogReader]:
         return self._readers
 
+    def learn_incarnation(self, tag: str, inc: str) -> None:
+        """The conversation ``tag`` exists as incarnation ``inc`` (just read from Redis by a
+        run's claim): a reader that knew of none has its followers' next read need no lookup
+        (a run that starts a conversation wakes every follower waiting for it)."""
+        reader = self._readers.get(tag)
+        if reader is not None and reader.inc is None:
+            reader.inc, reader.inc_known = inc, True
+
     def acquire_nowait(self, keys: ConversationKeys) -> LogReader | None:
         """:meth:`acquire` when the reader is running (else None): no lock, no coroutine.
 

@@ -72,6 +72,8 @@ class RedisRunSlots(RunSlots):
                     pipe.hget(keys.meta, "inc")
                     pipe.hgetall(keys.snap)
                     _, inc, snap = await pipe.execute()
+                if inc is not None:
+                    i.hub.learn_incarnation(keys.tag, text(inc))
                 async with i.states.lock(keys.tag):
                     state = await i.states.load_private(
                         keys, text(inc) if inc is not None else new_token(6), snap
