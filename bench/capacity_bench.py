@@ -9,15 +9,23 @@ whose every subscriber got every delta. Targets: Redis C >= 0.5 x memory C, and 
 what the minimal normalizer (``bench/harness/baselines.py``, ``POST /normalize``: C streaming
 requests at once, the request itself is the subscriber) sustains in the same rounds.
 
+With ``--timeline``, each gateway step also prints where its latency came from: per 200 ms
+of emit time (from the step's first emit), the deliveries, their p99 and the server's CPU (of
+one core; sampled every 50 ms). On this 2-core VM at C = 200 on Redis it showed the p99 made
+in the runs' start (~1 s, CPU at 100 %) and end (~0.4 s) bursts, and the steady part at
+82-90 % of a core against 60-65 % on memory.
+
 Usage: ``.venv/bin/python bench/capacity_bench.py [--cs 25,50,100,200,400] [--rate 50]
-[--deltas 250] [--budget-ms 100] [--rounds 1] [--backends memory,redis]``
+[--deltas 250] [--budget-ms 100] [--rounds 1] [--backends memory,redis] [--timeline]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +49,48 @@ class Step:
     p50_ms: float
     p99_ms: float
     cpu_s: float
+    #: Per ``TIMELINE_BUCKET`` of emit time: (start s, deliveries, p99 ms, server CPU %).
+    timeline: list[tuple[float, int, float, float]] | None = None
 
 
-async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
+TIMELINE_BUCKET = 0.2
+
+
+def _timeline(
+    emits: list[float], latencies: list[float], cpu: list[tuple[float, float]]
+) -> list[tuple[float, int, float, float]]:
+    """Deliveries, their p99 and the server's CPU per ``TIMELINE_BUCKET`` of emit time."""
+    if not emits:
+        return []
+    t0 = min(emits)
+    lat: dict[int, list[float]] = {}
+    for emitted, latency in zip(emits, latencies, strict=True):
+        lat.setdefault(int((emitted - t0) / TIMELINE_BUCKET), []).append(latency)
+    used: dict[int, float] = {}
+    for (ta, ca), (_tb, cb) in itertools.pairwise(cpu):
+        if ta >= t0:
+            k = int((ta - t0) / TIMELINE_BUCKET)
+            used[k] = used.get(k, 0.0) + cb - ca
+    return [
+        (
+            k * TIMELINE_BUCKET,
+            len(v),
+            percentile(v, 99) * 1000,
+            used.get(k, 0.0) / TIMELINE_BUCKET * 100,
+        )
+        for k, v in sorted(lat.items())
+    ]
+
+
+async def _sample_cpu(server: procs.Server, into: list[tuple[float, float]]) -> None:
+    while True:
+        into.append((time.time(), server.cpu_seconds()))
+        await asyncio.sleep(0.05)
+
+
+async def step(
+    server: procs.Server, c: int, deltas: int, rate: float, timeline: bool = False
+) -> Step:
     keys = [new_key("cap") for _ in range(c)]
     connected = [asyncio.Event() for _ in keys]
     readers = [
@@ -54,6 +101,8 @@ async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
     ]
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in connected)), 60)
     before = server.cpu_seconds()
+    cpu: list[tuple[float, float]] = []
+    sampler = asyncio.create_task(_sample_cpu(server, cpu)) if timeline else None
     body = gateway_run_body(deltas, 1000.0 / rate)
     answers = await asyncio.gather(
         *(request_json(server.port, "POST", f"/v1/conversations/{k}/runs", body) for k in keys)
@@ -61,6 +110,8 @@ async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
     if any(status != 202 for status, _ in answers):
         raise RuntimeError(f"runs not accepted: {[s for s, _ in answers if s != 202][:5]}")
     results = await asyncio.gather(*readers)
+    if sampler is not None:
+        sampler.cancel()
     latencies = [x for r in results for x in r.latencies]
     complete = all(r.deltas == deltas and r.terminal == b"completed" for r in results)
     return Step(
@@ -69,6 +120,7 @@ async def step(server: procs.Server, c: int, deltas: int, rate: float) -> Step:
         percentile(latencies, 50) * 1000,
         percentile(latencies, 99) * 1000,
         server.cpu_seconds() - before,
+        _timeline([x for r in results for x in r.emits], latencies, cpu) if timeline else None,
     )
 
 
@@ -96,12 +148,19 @@ async def measure(
     rate: float,
     rounds: int,
     backends: tuple[str, ...] = BACKENDS,
+    timeline: bool = False,
 ) -> dict[str, dict[int, list[Step]]]:
     out: dict[str, dict[int, list[Step]]] = {name: {} for name in CONTENDERS}
     for c in cs:
         for _ in range(rounds):
             for name in backends:
-                out[name].setdefault(c, []).append(await step(gateways[name], c, deltas, rate))
+                got = await step(gateways[name], c, deltas, rate, timeline)
+                out[name].setdefault(c, []).append(got)
+                if got.timeline is not None:
+                    print(f"timeline {name} C = {c}: p99 {got.p99_ms:.0f} ms; from the first emit:")
+                    for at, n, p99, busy in got.timeline:
+                        line = f"{at:4.1f} s  {n:5d} deliveries  p99 {p99:5.1f} ms"
+                        print(f"  {line}  CPU {busy:3.0f} %")
             normalizer = await step_normalizer(gateways["baseline"], c, deltas, rate)
             out["normalizer"].setdefault(c, []).append(normalizer)
     return out
@@ -128,11 +187,16 @@ def main() -> None:
     parser.add_argument(
         "--backends", default=",".join(BACKENDS), help="the gateways measured (memory,redis)"
     )
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each gateway step's latency over time"
+    )
     args = parser.parse_args()
     cs = [int(c) for c in args.cs.split(",")]
     backends = tuple(b for b in args.backends.split(",") if b)
     with procs.gateways_per_backend(backends, baseline=True) as (_redis, gateways):
-        out = uvloop.run(measure(gateways, cs, args.deltas, args.rate, args.rounds, backends))
+        out = uvloop.run(
+            measure(gateways, cs, args.deltas, args.rate, args.rounds, backends, args.timeline)
+        )
     rows: list[list[object]] = []
     for name in CONTENDERS:
         for c in cs:

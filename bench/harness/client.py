@@ -31,6 +31,7 @@ class StreamResult:
     frames: int = 0  # data: lines
     deltas: int = 0  # emit times seen
     latencies: list[float] = field(default_factory=list)  # seconds, per delta
+    emits: list[float] = field(default_factory=list)  # wall-clock emit time, per delta
     terminal: bytes | None = None
     body_head: bytes = b""
 
@@ -144,7 +145,9 @@ class _Body:
             emits = _EMIT.findall(complete)
             count = len(emits)
             if count:
-                result.latencies.extend([now_wall - float(t) for t in emits])
+                times = [float(t) for t in emits]
+                result.emits.extend(times)
+                result.latencies.extend([now_wall - t for t in times])
         else:  # counting only (fan-out subscribers that are not latency probes)
             count = complete.count(b"t=")
         if count:
