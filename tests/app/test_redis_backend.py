@@ -532,6 +532,27 @@ async def test_a_restore_never_lands_beside_an_active_run(
     assert await b.restore_conversation(ref, meta(), {}, {}) is False
 
 
+async def _waiting_followers(
+    backend: RedisBackend, ref: ConversationRef, n: int
+) -> tuple[list[None], list[asyncio.Task[Any]]]:
+    """``n`` reads of ``ref`` from its start, all waiting; and the incarnation lookups made
+    (one item each) from now on."""
+    lookups: list[None] = []
+    lookup = backend.reads._lookup
+
+    async def counted(*args: Any) -> str | None:
+        lookups.append(None)
+        return await lookup(*args)
+
+    backend.reads._lookup = counted  # type: ignore[method-assign]
+    followers = [
+        asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(n)
+    ]
+    hub = backend.reads._i.hub
+    await eventually(lambda: sum(r.refs for r in hub.readers.values()) == n, what="all waiting")
+    return lookups, followers
+
+
 async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookups() -> None:
     """Hundreds of followers of a conversation not created yet all wake when its first entry
     is logged: they share one HGET per wake-up, not one each, and each gets the entry."""
@@ -541,22 +562,7 @@ async def test_followers_waiting_for_a_conversation_share_its_incarnation_lookup
         await backend.start()
         try:
             ref = ConversationRef("alice", "later")
-            lookups: list[None] = []
-            lookup = backend.reads._lookup
-
-            async def counted(*args: Any) -> str | None:
-                lookups.append(None)
-                return await lookup(*args)
-
-            backend.reads._lookup = counted  # type: ignore[method-assign]
-            followers = [
-                asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10))
-                for _ in range(50)
-            ]
-            hub = backend.reads._i.hub
-            await eventually(
-                lambda: sum(r.refs for r in hub.readers.values()) == 50, what="all waiting"
-            )
+            lookups, followers = await _waiting_followers(backend, ref, 50)
             await backend.create_conversation(ref, meta())
             entry = await backend.append_event(ref, event("run_a", 0, "run.started"))
             results = await asyncio.wait_for(asyncio.gather(*followers), 10)
@@ -570,23 +576,11 @@ async def test_followers_of_a_conversation_its_owner_creates_read_with_no_lookup
     one: RedisBackend,
 ) -> None:
     """Followers waiting for a conversation this instance creates and runs learn its
-    incarnation from the run's first append (the one its writer logs in): their wake-up costs
-    no HGET, and what they read is what another instance reads, cursors included."""
+    incarnation from the run's claim (which reads it in its own round trip): their wake-up
+    costs no HGET, and what they read is what another instance reads, cursors included."""
     backend = one
     ref = ConversationRef("alice", "owned-later")
-    lookups: list[None] = []
-    lookup = backend.reads._lookup
-
-    async def counted(*args: Any) -> str | None:
-        lookups.append(None)
-        return await lookup(*args)
-
-    backend.reads._lookup = counted  # type: ignore[method-assign]
-    followers = [
-        asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(5)
-    ]
-    hub = backend.reads._i.hub
-    await eventually(lambda: sum(r.refs for r in hub.readers.values()) == 5, what="all waiting")
+    lookups, followers = await _waiting_followers(backend, ref, 5)
     before = len(lookups)
     assert before >= 1  # the followers looked, and found no conversation
     await backend.create_conversation(ref, meta())
