@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis.append_packing import pack_append_args
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.script_pipeline import ScriptPipeline
 from app.backends.redis.scripts import APPEND
@@ -180,7 +181,9 @@ class EventLog:
         # cheap); small ones exactly, so retention stays observable.
         keep = max_len + 1
         self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
-        self._append = ScriptPipeline(redis, redis.register_script(APPEND))
+        self._append = ScriptPipeline(
+            redis, redis.register_script(APPEND), pack_args=pack_append_args
+        )
 
     async def append(
         self,

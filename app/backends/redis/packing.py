@@ -18,7 +18,7 @@ import hiredis
 from redis.asyncio import ConnectionPool
 from redis.asyncio.connection import AbstractConnection
 
-__all__ = ["pack_plain_commands", "pack_with_hiredis"]
+__all__ = ["pack_plain_commands", "pack_with_hiredis", "plain_utf8"]
 
 #: hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
 _pack_command = cast(Callable[[tuple[bytes | str | int, ...]], bytes], hiredis.pack_command)
@@ -66,7 +66,13 @@ def pack_plain_commands(
     or ``int``: one hiredis call per command, no per-argument Python (an append's ~20
     arguments: ~5 µs instead of ~20). hiredis writes an int as its decimal digits, as the
     encoder does; under an encoder that is not strict UTF-8 this is the connection's own."""
-    encoder = conn.encoder
-    if encoder.encoding.lower() in _UTF8 and encoder.encoding_errors == "strict":
+    if plain_utf8(conn):
         return [b"".join([_pack_command(command) for command in commands])]
     return conn.pack_commands(commands)
+
+
+def plain_utf8(conn: AbstractConnection) -> bool:
+    """Whether ``conn``'s encoder writes str as strict UTF-8 (as hiredis does, and
+    ``str.encode``), so its commands may be packed without it."""
+    encoder = conn.encoder
+    return encoder.encoding.lower() in _UTF8 and encoder.encoding_errors == "strict"

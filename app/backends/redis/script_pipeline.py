@@ -36,8 +36,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis.append_packing import bulk
 from app.backends.redis.lean import has_unread_data
-from app.backends.redis.packing import pack_plain_commands
+from app.backends.redis.packing import pack_plain_commands, plain_utf8
 from app.backends.redis.tasks import stop_task
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
@@ -47,6 +48,10 @@ MAX_CALLS = 256
 
 
 Args = Sequence[str | bytes | int]
+#: A call's arguments as RESP bulk strings (joined: one ``bulk`` per argument).
+PackArgs = Callable[[Args], list[bytes]]
+#: Packed call heads kept at most (past it the cache starts over).
+HEADS_LIMIT = 4096
 
 
 @dataclass(slots=True)
@@ -118,10 +123,22 @@ class _Wire(asyncio.Protocol):
 
 
 class ScriptPipeline:
-    def __init__(self, redis: Redis, script: AsyncScript, max_calls: int = MAX_CALLS) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        script: AsyncScript,
+        max_calls: int = MAX_CALLS,
+        pack_args: PackArgs | None = None,
+    ) -> None:
         self._redis = redis
         self._script = script
         self._max = max(1, max_calls)
+        #: Packs a call's arguments (the script's own layout) faster than one by one; used
+        #: where the connection's encoder is strict UTF-8, as hiredis's packing is.
+        self._pack_args = pack_args
+        #: ``EVALSHA sha numkeys keys...`` packed, per keys (the same for every append of a
+        #: conversation).
+        self._heads: dict[tuple[tuple[str | bytes, ...], str], bytes] = {}
         self._pending: list[_Call] = []
         self._flush_soon: asyncio.Handle | None = None
         #: The pipeline on the wire (its calls in order) and the replies read of it so far.
@@ -207,9 +224,26 @@ class ScriptPipeline:
 
     def _packed(self, calls: list[_Call], again: bool) -> list[bytes]:
         sha = self._script.sha
+        conn = self._conn
+        assert conn is not None
+        pack_args = self._pack_args
+        if pack_args is not None and plain_utf8(conn):
+            out: list[bytes] = []
+            for c in calls:
+                args = c.packed_args(again)
+                out.append(b"*%d\r\n" % (3 + len(c.keys) + len(args)))
+                keys = tuple(c.keys)
+                out.append(self._heads.get((keys, sha)) or self._head(keys, sha))
+                out += pack_args(args)
+            return [b"".join(out)]
         commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args(again)) for c in calls]
-        assert self._conn is not None
-        return pack_plain_commands(self._conn, commands)
+        return pack_plain_commands(conn, commands)
+
+    def _head(self, keys: tuple[str | bytes, ...], sha: str) -> bytes:
+        if len(self._heads) >= HEADS_LIMIT:
+            self._heads.clear()
+        head = self._heads[keys, sha] = b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys)))
+        return head
 
     def _replies_in(self, wire: _Wire) -> None:
         """``wire`` read something: settle the pipeline in flight once all its replies are in."""

@@ -60,7 +60,8 @@ return token
 #: stream's), the look (XREVRANGE of the newest entry) was ~40 % of the script's time (10.1
 #: against 6.1 us per call). An event's entry has no ``k`` field (readers default to ``e``),
 #: and the log is trimmed once per batch, not at each XADD: 1.62 -> 1.39-1.47 us per event in
-#: a 64-event batch.
+#: a 64-event batch. The nonce's entry is written apart from the loop, which then builds no
+#: field list per event for it (``unpack``): 1.62 -> 1.53 us per event in a 330-event batch.
 APPEND: Final = """
 local n = tonumber(ARGV[7])
 local nonce = ARGV[8 + 4 * n] or ''
@@ -90,16 +91,26 @@ elseif holder then
   return redis.error_reply('FENCED')
 end
 local ids = {}
-local stamp, none = {'b', nonce}, {}
-for i = 1, n do
+local log = KEYS[2]
+local plain = n
+if nonce ~= '' and n > 0 then plain = n - 1 end  -- the last entry carries it: below
+for i = 1, plain do
   local at = 4 + 4 * i
-  local extra = (i == n and nonce ~= '') and stamp or none
   if ARGV[at] == 'e' then  -- an event's kind is not stored: readers default to it
-    ids[i] = redis.call('XADD', KEYS[2], '*', 'd', ARGV[at + 1], 't', ARGV[at + 2],
-                        'r', ARGV[at + 3], unpack(extra))
+    ids[i] = redis.call('XADD', log, '*', 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3])
   else
-    ids[i] = redis.call('XADD', KEYS[2], '*', 'k', ARGV[at], 'd', ARGV[at + 1],
-                        't', ARGV[at + 2], 'r', ARGV[at + 3], unpack(extra))
+    ids[i] = redis.call('XADD', log, '*', 'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2],
+                        'r', ARGV[at + 3])
+  end
+end
+if plain < n then
+  local at = 4 + 4 * n
+  if ARGV[at] == 'e' then
+    ids[n] = redis.call('XADD', log, '*', 'd', ARGV[at + 1], 't', ARGV[at + 2], 'r', ARGV[at + 3],
+                        'b', nonce)
+  else
+    ids[n] = redis.call('XADD', log, '*', 'k', ARGV[at], 'd', ARGV[at + 1], 't', ARGV[at + 2],
+                        'r', ARGV[at + 3], 'b', nonce)
   end
 end
 if n > 0 then

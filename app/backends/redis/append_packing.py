@@ -1,0 +1,69 @@
+"""The append script's arguments as RESP, an event's four in three pieces, two of them cached.
+
+An append sends four arguments per event (kind, data, type, run id: ``EventLog._args``), and
+three of them repeat from event to event: the kind, the type and the run id. hiredis packs each
+argument anew (a length header formatted per argument: ~0.09 µs each, 0.34 µs per event in a
+330-event append, 0.58 µs in the gateway under load, the largest Redis-only cost per event of a
+fast stream). Here an event is ``kind + data's length header``, ``data``, ``type + run id``,
+the first and the last looked up by value: 0.17 µs per event, the same bytes (the test packs
+both ways).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+__all__ = ["bulk", "pack_append_args"]
+
+#: Cached pieces kept at most (past it a cache starts over): lengths and run ids vary.
+CACHE_LIMIT = 4096
+
+_heads: dict[tuple[str, int], bytes] = {}
+_tails: dict[tuple[str, str], bytes] = {}
+
+
+def bulk(arg: str | bytes | int) -> bytes:
+    """One argument as a RESP bulk string, as hiredis writes it (str as strict UTF-8, an int
+    as its decimal digits)."""
+    if type(arg) is str:
+        arg = arg.encode()
+    elif type(arg) is int:
+        arg = b"%d" % arg
+    assert isinstance(arg, bytes)
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+def _head(kind: str, size: int) -> bytes:
+    if len(_heads) >= CACHE_LIMIT:
+        _heads.clear()
+    head = _heads[kind, size] = bulk(kind) + b"$%d\r\n" % size
+    return head
+
+
+def _tail(type_: str, run_id: str) -> bytes:
+    if len(_tails) >= CACHE_LIMIT:
+        _tails.clear()
+    tail = _tails[type_, run_id] = b"\r\n" + bulk(type_) + bulk(run_id)
+    return tail
+
+
+def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
+    """The RESP bulk strings of ``args``, laid out as ``EventLog._args`` lays them out: seven
+    header arguments (the seventh the number of events n), 4 x n event arguments (kind, data
+    as bytes, type, run id), then the rest (nonce, flag). Joined, the same bytes as one
+    ``bulk`` per argument."""
+    n = args[6]
+    assert type(n) is int
+    end = 7 + 4 * n
+    out = [bulk(arg) for arg in args[:7]]
+    heads, tails = _heads, _tails
+    # Typed loosely: the layout says which is which (a bytes ``data`` is what ``%`` and
+    # ``join`` take; anything else fails the call, as hiredis would).
+    events: Iterator[Any] = iter(args[7:end])
+    for kind, data, type_, run_id in zip(events, events, events, events, strict=True):
+        head = heads.get((kind, len(data))) or _head(kind, len(data))
+        tail = tails.get((type_, run_id)) or _tail(type_, run_id)
+        out += (head, data, tail)
+    out += [bulk(arg) for arg in args[end:]]
+    return out
