@@ -495,6 +495,38 @@ async def test_a_reader_that_lingers_out_lets_its_blocking_read_end_and_keeps_th
         await client.aclose()
 
 
+async def test_a_reader_nobody_reads_from_holds_no_connection_and_reads_on_when_read_again(
+    redis: Redis, prefix: str
+) -> None:
+    """Lingering with no subscriber, a reader waits without ``XREAD`` (no pool connection);
+    the next read kicks it at once, and it reads on from where it stopped: what another
+    writer appended meanwhile is delivered, in order, nothing twice."""
+    client = redis_client(SHARED_REDIS_URL)  # the hub's own pool: only the reader uses it
+    hub = ReaderHub(client, EventLog(client, max_len=1000), linger_seconds=60)
+    writer = EventLog(redis, max_len=1000)
+    keys = keys_for(prefix, "idle-reader")
+    try:
+        pool = client.connection_pool
+        first = await writer.append(keys, "", [ev(0)])
+        reader = await hub.acquire(keys)
+        await eventually(lambda: len(pool._in_use_connections) == 1, what="its XREAD blocks")  # type: ignore[attr-defined]
+        hub.release(reader)
+        reader.block_ms = 60_000  # a pause ends by a kick, not by its time, from now on
+        await writer.append(keys, "", [ev(1)])  # ends the blocking read at once
+        await eventually(
+            lambda: reader.idle_paused and not pool._in_use_connections,  # type: ignore[attr-defined]
+            what="paused, its connection back in the pool",
+        )
+        assert hub.readers == {keys.tag: reader}  # still lingering, window kept
+        later = await writer.append(keys, "", [ev(2), ev(3)])
+        got = await asyncio.wait_for(_collect(hub.subscribe(keys, first[0]), 3), 5.0)
+        assert [orjson.loads(e.data)["n"] for e in got] == [1, 2, 3]  # type: ignore[attr-defined]
+        assert reader.last_id == later[-1]
+    finally:
+        await hub.close()
+        await client.aclose()
+
+
 def test_batch_nonces_are_unique_and_a_forked_process_draws_its_own() -> None:
     """The append script drops a batch whose nonce is the newest entry's: nonces never repeat,
     not across forked workers either."""
