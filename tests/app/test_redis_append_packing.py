@@ -70,6 +70,9 @@ def test_packed_from_pieces_is_what_hiredis_packs(
 
 def test_pieces_cached_for_one_event_are_not_reused_for_another(monkeypatch: Any) -> None:
     monkeypatch.setattr(append_packing, "CACHE_LIMIT", 3)
+    # Empty caches: what earlier tests in this worker cached would be hit, never filled.
+    monkeypatch.setattr(append_packing, "_heads", {})
+    monkeypatch.setattr(append_packing, "_tails", {})
     for round_ in range(3):  # the caches fill, start over, and are hit
         items = [
             Pending(KIND_EVENT, b"x" * size, type_, run)
