@@ -178,8 +178,8 @@ class LogReader:
         #: ``loop.time()`` when ``refs`` last dropped to 0 (the hub stops it a linger later).
         self.idle_since = 0.0
         #: Waiting with no ``XREAD`` because no read holds the reader (``refs`` 0, as while
-        #: it lingers): it holds no pool connection. The next read kicks it, and it reads on
-        #: from ``last_id``.
+        #: it lingers): it holds no pool connection. The next read kicks it (:meth:`hold`),
+        #: and it reads on from ``last_id``.
         self.idle_paused = False
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -416,12 +416,10 @@ class LogReader:
                     self._start(await self.log.last_id(self.keys))
                     self._ready.set()
                 if self._owner_local() and not self._behind:
-                    self._resume.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._resume.wait(), self.block_ms / 1000)
+                    await self._pause()  # the owner's feeds come without it
                     continue
                 if self.refs <= 0:
-                    await self._pause_idle()
+                    await self._pause(idle=True)
                     continue
                 reply: Any = await self.redis.xread(
                     {self.keys.log: self.last_id}, count=READ_COUNT, block=self.block_ms
@@ -450,22 +448,30 @@ class LogReader:
                     self._ready.set()
                 await asyncio.sleep(0.5)
 
-    async def _pause_idle(self) -> None:
-        """Wait for a read (its :meth:`ReaderHub.acquire` kicks), a stop, or a block's time.
+    async def _pause(self, idle: bool = False) -> None:
+        """Wait with no ``XREAD`` for a kick (a feed that left a gap, a read of a paused idle
+        reader, a stop) or a block's time.
 
-        A reader nobody reads from (its subscribers gone, lingering in case they come back)
-        blocked in ``XREAD`` all the same, a pool connection each, read once a second: after
-        a capacity step of C = 200 answers, 200 connections for 5 s, and the next step (C =
-        250) connected 0.8-1.2 new ones per run, 0.4 with this pause, and read 6 ``XREAD``
-        per run, 1.2 with it (~0.35 ms of CPU per connect; the steps' CPU and p99 moved
-        within their noise)."""
-        self.idle_paused = True
+        ``idle``: no read holds the reader (its subscribers gone, lingering in case they come
+        back). It blocked in ``XREAD`` all the same before, a pool connection each, read once
+        a second: after a capacity step of C = 200 answers, 200 connections for 5 s, and the
+        next step (C = 250) connected 0.8-1.2 new ones per run, 0.4 with this pause, and read
+        6 ``XREAD`` per run, 1.2 with it (~0.35 ms of CPU per connect; the steps' CPU and p99
+        moved within their noise). :meth:`hold` kicks it.
+        """
+        self.idle_paused = idle
         self._resume.clear()
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._resume.wait(), self.block_ms / 1000)
         finally:
             self.idle_paused = False
+
+    def hold(self) -> None:
+        """Take a ref for a read (waking the reader if it paused for want of one)."""
+        self.refs += 1
+        if self.idle_paused:
+            self.kick()
 
     async def _skipped(self, after: str) -> bool:
         """Entries after ``after`` were trimmed before this reader read them.
@@ -636,9 +642,7 @@ class ReaderHub:
         reader = self._readers.get(keys.tag)
         if reader is None or not reader.started:
             return None
-        reader.refs += 1
-        if reader.idle_paused:
-            reader.kick()
+        reader.hold()
         return reader
 
     async def acquire(self, keys: ConversationKeys) -> LogReader:
@@ -662,9 +666,7 @@ class ReaderHub:
                 self._readers[keys.tag] = reader
                 if self._tick is not None and self._ticker is None:
                     self._ticker = asyncio.create_task(self._ticks(), name="reader-ticks")
-            reader.refs += 1
-            if reader.idle_paused:
-                reader.kick()
+            reader.hold()
         try:  # outside the hub's lock: a slow Redis delays this conversation only
             await reader.ready()
         except BaseException:

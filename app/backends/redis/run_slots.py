@@ -73,10 +73,11 @@ class RedisRunSlots(RunSlots):
                     pipe.hgetall(keys.snap)
                     _, inc, snap = await pipe.execute()
                 if inc is not None:
-                    i.hub.learn_incarnation(keys.tag, text(inc))
+                    inc = text(inc)
+                    i.hub.learn_incarnation(keys.tag, inc)
                 async with i.states.lock(keys.tag):
                     state = await i.states.load_private(
-                        keys, text(inc) if inc is not None else new_token(6), snap
+                        keys, inc if inc is not None else new_token(6), snap
                     )
             except BaseException:
                 # Not accepted after all: its answer goes with the claim (if the release fails,

@@ -137,8 +137,8 @@ class ScriptPipeline:
         #: where the connection's encoder is strict UTF-8, as hiredis's packing is.
         self._pack_args = pack_args
         #: ``EVALSHA sha numkeys keys...`` packed, per keys (the same for every append of a
-        #: conversation).
-        self._heads: dict[tuple[tuple[str | bytes, ...], str], bytes] = {}
+        #: conversation; the script, and so its sha, is the pipeline's own).
+        self._heads: dict[tuple[str | bytes, ...], bytes] = {}
         self._pending: list[_Call] = []
         self._flush_soon: asyncio.Handle | None = None
         #: The pipeline on the wire (its calls in order) and the replies read of it so far.
@@ -233,7 +233,7 @@ class ScriptPipeline:
                 args = c.packed_args(again)
                 out.append(b"*%d\r\n" % (3 + len(c.keys) + len(args)))
                 keys = tuple(c.keys)
-                out.append(self._heads.get((keys, sha)) or self._head(keys, sha))
+                out.append(self._heads.get(keys) or self._head(keys, sha))
                 out += pack_args(args)
             return [b"".join(out)]
         commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args(again)) for c in calls]
@@ -242,7 +242,7 @@ class ScriptPipeline:
     def _head(self, keys: tuple[str | bytes, ...], sha: str) -> bytes:
         if len(self._heads) >= HEADS_LIMIT:
             self._heads.clear()
-        head = self._heads[keys, sha] = b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys)))
+        head = self._heads[keys] = b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys)))
         return head
 
     def _replies_in(self, wire: _Wire) -> None:
