@@ -42,10 +42,15 @@ pendings = st.lists(
 
 
 def append_args(
-    items: list[Pending], snapshot: bytes, nonce: str, fresh: bool
+    items: list[Pending],
+    snapshot: bytes,
+    nonce: str,
+    fresh: bool,
+    header: tuple[str, str, str, bytes] = ("tok|1", "~10001", "0", b"{}"),
 ) -> list[str | bytes | int]:
-    """As ``EventLog._args`` lays them out."""
-    args: list[str | bytes | int] = ["tok|1", "~10001", "0", snapshot, b"{}", "0-0", len(items)]
+    """As ``EventLog._args`` lays them out (``header``: token, maxlen, release, extensions)."""
+    token, maxlen, release, ext = header
+    args: list[str | bytes | int] = [token, maxlen, release, snapshot, ext, "0-0", len(items)]
     args += itertools.chain.from_iterable(items)
     args += [nonce, "1" if fresh else "0"]
     return args
@@ -57,12 +62,25 @@ def hiredis_args(args: list[Any]) -> bytes:
     return packed[packed.index(b"\r\n") + 2 :]
 
 
+headers = st.tuples(
+    st.sampled_from(["tok|1", "2|A|r_1"]) | text,
+    st.sampled_from(["~10001", "=11"]),
+    st.sampled_from(["0", "1"]),
+    st.sampled_from([b"", b"{}"]),
+)
+
+
 @settings(deadline=None, max_examples=150)
-@given(pendings, st.binary(max_size=30), text, st.booleans())
+@given(pendings, st.binary(max_size=30) | st.just(b""), text, st.booleans(), headers)
 def test_packed_from_pieces_is_what_hiredis_packs(
-    items: list[Pending], snapshot: bytes, nonce: str, fresh: bool
+    items: list[Pending],
+    snapshot: bytes,
+    nonce: str,
+    fresh: bool,
+    header: tuple[str, str, str, bytes],
 ) -> None:
-    args = append_args(items, snapshot, nonce, fresh)
+    """Cached headers too (no snapshot: seven arguments in one piece, by their values)."""
+    args = append_args(items, snapshot, nonce, fresh, header)
     got = b"".join(pack_append_args(args))
     assert got == hiredis_args(args)
     assert got == b"".join(map(bulk, args))
@@ -73,6 +91,8 @@ def test_pieces_cached_for_one_event_are_not_reused_for_another(monkeypatch: Any
     # Empty caches: what earlier tests in this worker cached would be hit, never filled.
     monkeypatch.setattr(append_packing, "_heads", {})
     monkeypatch.setattr(append_packing, "_tails", {})
+    monkeypatch.setattr(append_packing, "_headers", {})
+    monkeypatch.setattr(append_packing, "_flags", {})
     for round_ in range(3):  # the caches fill, start over, and are hit
         items = [
             Pending(KIND_EVENT, b"x" * size, type_, run)
@@ -80,9 +100,13 @@ def test_pieces_cached_for_one_event_are_not_reused_for_another(monkeypatch: Any
             for type_, run in (("A", "r1"), ("A", "r2"), ("B", "r1"), ("é", "字"))
         ]
         items.append(Pending(KIND_EXTENSION, b"x"))
-        args = append_args(items, b"", f"nonce{round_}", round_ == 0)
-        assert b"".join(pack_append_args(args)) == hiredis_args(args)
+        for token in ("t1", "t2", "t3", "t4", "t1"):
+            for count in (len(items), 1):  # another n: another header
+                header = (token, "=11", str(round_ % 2), b"")
+                args = append_args(items[:count], b"", f"nonce{round_}", round_ == 0, header)
+                assert b"".join(pack_append_args(args)) == hiredis_args(args)
         assert len(append_packing._heads) <= 3 and len(append_packing._tails) <= 3
+        assert 0 < len(append_packing._headers) <= 3 and 0 < len(append_packing._flags) <= 2
 
 
 class _Script:

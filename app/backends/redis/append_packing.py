@@ -21,6 +21,12 @@ CACHE_LIMIT = 4096
 
 _heads: dict[tuple[str, int], bytes] = {}
 _tails: dict[tuple[str, str], bytes] = {}
+#: The seven header arguments of an append without a snapshot, packed, by their values: the
+#: same for every append of a run but for n (a slow stream's append carries one event, and
+#: its header was 7 of its 13 arguments packed: 2.7 -> 1.0 µs for such an append).
+_headers: dict[tuple[Any, ...], bytes] = {}
+#: The last argument (fresh or not), packed.
+_flags: dict[Any, bytes] = {}
 
 
 def bulk(arg: str | bytes | int) -> bytes:
@@ -56,7 +62,11 @@ def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
     n = args[6]
     assert type(n) is int
     end = 7 + 4 * n
-    out = [bulk(arg) for arg in args[:7]]
+    if args[3]:  # a snapshot's state: not worth a cache entry
+        out = [bulk(arg) for arg in args[:7]]
+    else:
+        header = tuple(args[:7])
+        out = [_headers.get(header) or _header(header)]
     heads, tails = _heads, _tails
     # Typed loosely: the layout says which is which (a bytes ``data`` is what ``%`` and
     # ``join`` take; anything else fails the call, as hiredis would).
@@ -65,5 +75,23 @@ def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
         head = heads.get((kind, len(data))) or _head(kind, len(data))
         tail = tails.get((type_, run_id)) or _tail(type_, run_id)
         out += (head, data, tail)
-    out += [bulk(arg) for arg in args[end:]]
+    rest = args[end:]
+    if len(rest) == 2:  # nonce, flag
+        out += (bulk(rest[0]), _flags.get(rest[1]) or _flag(rest[1]))
+    else:
+        out += [bulk(arg) for arg in rest]
     return out
+
+
+def _header(header: tuple[Any, ...]) -> bytes:
+    if len(_headers) >= CACHE_LIMIT:
+        _headers.clear()
+    packed = _headers[header] = b"".join(map(bulk, header))
+    return packed
+
+
+def _flag(flag: Any) -> bytes:
+    if len(_flags) >= CACHE_LIMIT:
+        _flags.clear()
+    packed = _flags[flag] = bulk(flag)
+    return packed

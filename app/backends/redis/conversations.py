@@ -56,6 +56,8 @@ class RedisConversations(ConversationStore):
                 if isinstance(reply, Exception):
                     raise reply
             created = await settle(create, replies[0])
+            if created:
+                i.note_created(keys.tag)
             if created and isinstance(replies[0], NoScriptError):
                 await i.touch(keys, listed=listed)  # created after the pipeline set its expiry
         return bool(created)
@@ -90,6 +92,9 @@ class RedisConversations(ConversationStore):
         self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
     ) -> None:
         keys = self._i.keys(ref)
+        owned = self._i.owned.get(keys.tag)
+        if owned is not None:
+            owned.start_meta = None  # the claim's copy is older than this save
         with unavailable():
             while True:
                 args: list[Any] = [orjson.dumps(meta.to_dict()), meta.session_id]

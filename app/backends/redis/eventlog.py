@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -268,9 +269,20 @@ class EventLog:
         """Up to ``count`` entries strictly after ``after``; ``None`` when the log no longer
         holds everything after it (some entries were trimmed), so the caller sends a snapshot."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(keys.log, min="-" if after == ZERO_ID else "(" + after, count=count)
-            pipe.execute_command("XINFO", "STREAM", keys.log)
+            self.read_after_in(pipe, keys, after, count)
             rng, info = await pipe.execute(raise_on_error=False)
+        return self.read_after_reply(after, rng, info)
+
+    @staticmethod
+    def read_after_in(pipe: Pipeline, keys: ConversationKeys, after: str, count: int) -> None:
+        """:meth:`read_after` as two commands of ``pipe`` (executed with
+        ``raise_on_error=False``); their replies go to :meth:`read_after_reply`."""
+        pipe.xrange(keys.log, min="-" if after == ZERO_ID else "(" + after, count=count)
+        pipe.execute_command("XINFO", "STREAM", keys.log)
+
+    @staticmethod
+    def read_after_reply(after: str, rng: Any, info: Any) -> list[Entry] | None:
+        """:meth:`read_after`'s answer from the replies of :meth:`read_after_in`."""
         for reply in (rng, info):
             if isinstance(reply, Exception):
                 # Its traceback holds the frames that hold the reply list that holds it: a

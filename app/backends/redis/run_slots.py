@@ -17,12 +17,13 @@ from redis.exceptions import RedisError
 from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
-from app.backends.redis.eventlog import Fenced, FencedWriter
+from app.backends.redis.eventlog import ZERO_ID, Entry, Fenced, FencedWriter
 from app.backends.redis.idempotency import remembered
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.state import TAIL_PAGE
 from app.backends.roles import RunSlots
 from app.backends.types import AcceptedAnswer, ConversationRef, RunControl
 from app.ids import new_token
@@ -66,18 +67,31 @@ class RedisRunSlots(RunSlots):
             i.tickets.discard(keys, run_id)
             token = Token(claim.holder)
             try:
-                # One round trip: the run marked in the index, the incarnation, the snapshot.
+                # One round trip: the run marked in the index, the incarnation and meta (the
+                # run's start snapshot takes it), the snapshot, and for a conversation just
+                # created here its log (read after the snapshot: nothing of the log it misses).
+                log_read: list[Entry] | None = None
                 async with i.redis.pipeline(transaction=False) as pipe:
                     i.ownership.mark_in(pipe, keys)
-                    pipe.hget(keys.meta, "inc")
+                    pipe.hmget(keys.meta, "inc", "meta")
                     pipe.hgetall(keys.snap)
-                    _, inc, snap = await pipe.execute()
+                    fresh = i.created_here(keys.tag)
+                    if fresh:
+                        i.log.read_after_in(pipe, keys, ZERO_ID, TAIL_PAGE)
+                    replies = await pipe.execute(raise_on_error=False)
+                for reply in replies[:3]:
+                    if isinstance(reply, Exception):
+                        raise reply
+                (inc, raw_meta), snap = replies[1], replies[2]
+                if fresh:
+                    with contextlib.suppress(RedisError):  # read again by load_private
+                        log_read = i.log.read_after_reply(ZERO_ID, replies[3], replies[4])
                 if inc is not None:
                     inc = text(inc)
                     i.hub.learn_incarnation(keys.tag, inc)
                 async with i.states.lock(keys.tag):
                     state = await i.states.load_private(
-                        keys, inc if inc is not None else new_token(6), snap
+                        keys, inc if inc is not None else new_token(6), snap, log_read
                     )
             except BaseException:
                 # Not accepted after all: its answer goes with the claim (if the release fails,
@@ -114,6 +128,7 @@ class RedisRunSlots(RunSlots):
                 poll_interval=i.poll_interval,
             ),
             lost=lost,
+            start_meta=raw_meta,
         )
         i.owned[keys.tag] = owned
         owned.start()

@@ -1,4 +1,11 @@
-"""Snapshots on Redis: the owner's live state when it is exact, else snapshot + log tail."""
+"""Snapshots on Redis: the owner's live state when it is exact, else snapshot + log tail.
+
+The first snapshot after a claim (the run's start reads one) is answered without a round trip:
+the claim read the meta with the snapshot, and the owner's state is exact until its first
+append. A save of the meta here drops that copy; one saved by another instance in the
+milliseconds between the claim and that snapshot is seen by the next snapshot, as if that
+save had come just after it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from app.backends.redis.claims import Token
 from app.backends.redis.cursors import make_cursor
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.state import ConversationState
 from app.backends.roles import Snapshots
 from app.backends.types import ConversationMeta, ConversationRef, Snapshot
 
@@ -32,6 +40,10 @@ class RedisSnapshots(Snapshots):
         i = self._i
         keys = i.keys(ref)
         owned = i.owned.get(keys.tag)
+        if owned is not None and owned.start_meta is not None:
+            raw, owned.start_meta = owned.start_meta, None
+            if not (owned.fenced or owned.dirty or owned.released or owned.appending):
+                return _snapshot(owned.state, ConversationMeta.from_dict(orjson.loads(raw)))
         with unavailable():
             async with i.redis.pipeline(transaction=False) as pipe:
                 pipe.hmget(keys.meta, "inc", "meta")
@@ -51,9 +63,13 @@ class RedisSnapshots(Snapshots):
                     await i.reaper.reap(keys, Token(text(run)))
                 async with i.states.lock(keys.tag):
                     state = await i.states.load(keys, text(inc))
-        return Snapshot(
-            state=state.store.get_snapshot(),
-            cursor=make_cursor(state.inc, state.stream_id),
-            extensions=dict(state.extensions),
-            meta=meta,
-        )
+        return _snapshot(state, meta)
+
+
+def _snapshot(state: ConversationState, meta: ConversationMeta) -> Snapshot:
+    return Snapshot(
+        state=state.store.get_snapshot(),
+        cursor=make_cursor(state.inc, state.stream_id),
+        extensions=dict(state.extensions),
+        meta=meta,
+    )

@@ -25,6 +25,7 @@ from app.backends.redis.eventlog import (
     Entry,
     EventLog,
     SnapshotWrite,
+    parse_id,
 )
 from app.backends.redis.keys import ConversationKeys
 from core import AgentStore
@@ -121,18 +122,20 @@ class StateCache:
         return state
 
     async def _from_snapshot(
-        self, keys: ConversationKeys, inc: str, snap: dict[Any, Any]
+        self,
+        keys: ConversationKeys,
+        inc: str,
+        snap: dict[Any, Any],
+        log_read: list[Entry] | None = None,
     ) -> ConversationState:
-        """The state of the stored snapshot ``snap`` (its hash; empty: none) plus the tail."""
-        if snap:
-            state = ConversationState(
-                inc,
-                AgentStore(orjson.loads(snap[b"state"]), mode="record"),
-                orjson.loads(snap.get(b"ext") or b"{}"),
-                _text(snap[b"cursor"]),
-            )
-        else:
-            state = ConversationState(inc, AgentStore(mode="record"), {})
+        """The state of the stored snapshot ``snap`` (its hash; empty: none) plus the tail.
+        ``log_read``: the log from its start, read after ``snap`` (``read_after`` of ``0-0``):
+        when it is all of the log, the tail is taken from it instead of read again."""
+        state = self._of_snapshot(inc, snap)
+        if log_read is not None and len(log_read) < TAIL_PAGE:
+            after = parse_id(state.stream_id)
+            state.fold([entry for entry in log_read if parse_id(entry.id) > after])
+            return state
         if not await self.read_tail(keys, state):
             log.warning(
                 "conversation %s: snapshot older than the retained log; snapshot_every should "
@@ -142,12 +145,29 @@ class StateCache:
             state.fold(await self.log.read_after(keys, ZERO_ID, count=10**9) or [])
         return state
 
+    @staticmethod
+    def _of_snapshot(inc: str, snap: dict[Any, Any]) -> ConversationState:
+        """The stored snapshot ``snap`` (its hash; empty: none) as a state, no tail."""
+        if snap:
+            return ConversationState(
+                inc,
+                AgentStore(orjson.loads(snap[b"state"]), mode="record"),
+                orjson.loads(snap.get(b"ext") or b"{}"),
+                _text(snap[b"cursor"]),
+            )
+        return ConversationState(inc, AgentStore(mode="record"), {})
+
     async def load_private(
-        self, keys: ConversationKeys, inc: str, snap: dict[Any, Any] | None = None
+        self,
+        keys: ConversationKeys,
+        inc: str,
+        snap: dict[Any, Any] | None = None,
+        log_read: list[Entry] | None = None,
     ) -> ConversationState:
         """A fresh state that is not cached (for an owner, which advances it itself);
-        ``snap``: the stored snapshot's hash when the caller already read it."""
+        ``snap``: the stored snapshot's hash when the caller already read it; ``log_read``:
+        the log as read after it (see :meth:`_from_snapshot`)."""
         self.forget(keys.tag)
         if snap is None:
             snap = await self.redis.hgetall(keys.snap)
-        return await self._from_snapshot(keys, inc, snap)
+        return await self._from_snapshot(keys, inc, snap, log_read)
