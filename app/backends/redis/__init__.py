@@ -7,7 +7,7 @@ Public surface: :class:`RedisBackend`, :func:`create_redis_backend` (used by
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -18,6 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from app.backends.redis.backend import RedisBackend, RunFenced
+from app.backends.redis.command_mux import CommandMux
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
 from app.backends.redis.lean import LeanPool, LeanRedis, send_without_task
 from app.backends.redis.packing import pack_with_hiredis
@@ -74,7 +75,9 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
     )
     pack_with_hiredis(pool)
     send_without_task(pool)
-    return LeanRedis.from_pool(pool)  # the client owns (and closes) its pool, as from_url does
+    client = cast(LeanRedis, LeanRedis.from_pool(pool))  # it owns (and closes) its pool
+    client.mux = CommandMux(client)
+    return client
 
 
 def create_redis_backend(settings: Settings) -> RedisBackend:

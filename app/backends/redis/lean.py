@@ -19,19 +19,31 @@ timeout is checked by the pool's one watchdog (:class:`Deadlines`), which aborts
 of a command past it, so its read fails and the command takes redis-py's path, as after a read
 timeout. An ``asyncio.timeout`` per send and per read (a timer scheduled and cancelled each) was
 ~5 % of a Redis gateway's CPU at 50 conversations starting a run each.
+
+Before any of that, a data command (or a plain pipeline of them) goes to the client's command
+mux when it has one (:mod:`.command_mux`: every task's commands share round trips on one held
+connection); its reply is finished here as ``parse_response`` would (:func:`finish_reply`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, cast
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.connection import AbstractConnection, Connection
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.backends.redis.command_mux import MUXED
+
+if TYPE_CHECKING:
+    from app.backends.redis.command_mux import CommandMux
 
 __all__ = [
     "Deadlines",
@@ -48,6 +60,8 @@ _Step = Callable[[], Awaitable[None]]
 _Check = Callable[[], bool]
 _Command = Callable[..., Awaitable[Any]]
 _Pipeline = Callable[..., Awaitable[list[Any]]]
+#: Options of a command that its read takes, not its response callback (``parse_response``).
+_READ_OPTIONS: Final = frozenset({EMPTY_RESPONSE, NEVER_DECODE, "keys"})
 
 
 class _SendWithoutTask(AbstractConnection):
@@ -178,12 +192,27 @@ class LeanPool(BlockingConnectionPool):
 
 
 class LeanRedis(Redis):
-    """``Redis`` whose commands take an idle connection of its :class:`LeanPool` directly."""
+    """``Redis`` whose commands take an idle connection of its :class:`LeanPool` directly, or
+    share round trips through its :class:`.command_mux.CommandMux` when it has one."""
+
+    #: Set by ``redis_client``: the data commands of every task share its round trips.
+    mux: CommandMux | None = None
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         pool = self.connection_pool
         if not isinstance(pool, LeanPool) or self.connection is not None:
             return await self._full_path(*args, **options)
+        mux = self.mux
+        if mux is not None and args[0] in MUXED:
+            sent = mux.submit((args,))
+            if sent is not None:
+                try:
+                    (reply,) = await sent
+                    if isinstance(reply, RedisConnectionError):  # LOADING: as a read raises it
+                        raise reply
+                except (RedisConnectionError, RedisTimeoutError, ConnectionResetError):
+                    return await self._full_path(*args, **options)  # as after a lost read
+                return await self._finish(args[0], reply, options)
         connection = pool.take_idle()
         if connection is None:
             return await self._full_path(*args, **options)
@@ -205,13 +234,43 @@ class LeanRedis(Redis):
         full = cast(_Command, super().execute_command)  # untyped upstream
         return await full(*args, **options)
 
+    async def _finish(self, name: Any, reply: Any, options: dict[str, Any]) -> Any:
+        """What redis-py's ``parse_response`` makes of ``reply`` once read (RESP2, bytes)."""
+        return await finish_reply(self.response_callbacks, name, reply, options)
+
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
-        return LeanPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe = LeanPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.mux = self.mux
+        return pipe
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        if self.mux is not None:
+            await self.mux.aclose()  # its connection back to the pool before the pool closes
+        await super().aclose(close_connection_pool)
+
+
+async def finish_reply(
+    callbacks: Mapping[Any, Callable[..., Any]], name: Any, reply: Any, options: dict[str, Any]
+) -> Any:
+    """Redis's ``reply`` to command ``name`` as redis-py's ``parse_response`` answers it after
+    its read: an error raised (or ``EMPTY_RESPONSE``), else through the command's callback."""
+    if isinstance(reply, ResponseError):
+        if EMPTY_RESPONSE in options:
+            return options[EMPTY_RESPONSE]
+        raise reply
+    callback = callbacks.get(name)
+    if callback is None:
+        return reply
+    options = {k: v for k, v in options.items() if k not in _READ_OPTIONS}
+    value = callback(reply, **options)
+    return await value if inspect.isawaitable(value) else value
 
 
 class LeanPipeline(Pipeline):
     """A pipeline without ``MULTI``, ``WATCH`` or scripts to load runs on an idle connection
     directly too (redis-py's own pipeline code sends and parses it)."""
+
+    mux: CommandMux | None = None
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         pool = self.connection_pool
@@ -219,6 +278,21 @@ class LeanPipeline(Pipeline):
         plain = not (self.is_transaction or self.explicit_transaction or self.watching)
         if not stack or not plain or self.scripts or self.connection is not None:
             return await super().execute(raise_on_error)
+        mux = self.mux
+        if mux is not None and all(args[0] in MUXED for args, _ in stack):
+            sent = mux.submit([args for args, _ in stack])
+            if sent is not None:
+                try:
+                    replies = await sent
+                    for reply in replies:
+                        if isinstance(reply, RedisConnectionError):  # as a read raises it
+                            raise reply
+                except (RedisConnectionError, RedisTimeoutError, ConnectionResetError):
+                    return await super().execute(raise_on_error)  # the stack is still queued
+                try:
+                    return await self._answers(stack, replies, raise_on_error)
+                finally:
+                    await cast(_Step, self.reset)()  # untyped upstream
         if not isinstance(pool, LeanPool) or (connection := pool.take_idle()) is None:
             return await super().execute(raise_on_error)
         reset = cast(_Step, self.reset)  # untyped upstream
@@ -236,6 +310,22 @@ class LeanPipeline(Pipeline):
         await _give_back(pool, connection, timeout)
         await reset()
         return response
+
+    async def _answers(
+        self, stack: list[Any], replies: list[Any], raise_on_error: bool
+    ) -> list[Any]:
+        """As redis-py's ``_execute_pipeline`` answers after its reads: an error in its place,
+        the first one raised (annotated) when ``raise_on_error``."""
+        out: list[Any] = []
+        for (args, options), reply in zip(stack, replies, strict=True):
+            try:
+                out.append(await finish_reply(self.response_callbacks, args[0], reply, options))
+            except ResponseError as exc:
+                out.append(exc)
+        if raise_on_error:
+            raise_first = cast(Callable[[Any, list[Any]], None], self.raise_first_error)
+            raise_first(stack, out)
+        return out
 
 
 async def _give_back(pool: LeanPool, connection: AbstractConnection, watched: float | None) -> None:

@@ -1,0 +1,238 @@
+"""The command mux: data commands of every task share round trips on one held connection, and
+each caller still gets redis-py's own reply or error; a lost or mute connection costs a fallback
+to redis-py's path, never a wrong reply or a hang; blocking commands never wait behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.backends.redis import redis_client
+from app.backends.redis.command_mux import CommandMux
+from app.backends.redis.lean import LeanPool, LeanRedis
+from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
+from tests.support import eventually, eventually_async
+
+
+def mux_of(client: Redis) -> CommandMux:
+    assert isinstance(client, LeanRedis) and client.mux is not None
+    return client.mux
+
+
+async def attached(client: Redis) -> CommandMux:
+    """The client's mux once it holds its connection (a first command starts taking one)."""
+    mux = mux_of(client)
+    await client.exists("warm-up")
+    await eventually(lambda: mux.held is not None, what="the mux holds a connection")
+    return mux
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[tuple[Redis, Redis, str]]:
+    lean = redis_client(SHARED_REDIS_URL)
+    stock = Redis.from_url(SHARED_REDIS_URL, protocol=2)
+    prefix = f"agw-test-mux:{secrets.token_hex(4)}"
+    try:
+        yield lean, stock, prefix
+    finally:
+        keys = [key async for key in stock.scan_iter(f"{prefix}*")]
+        if keys:
+            await stock.delete(*keys)
+        await lean.aclose()
+        await stock.aclose()
+
+
+async def test_concurrent_commands_share_round_trips_and_answer_as_redis_py(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    h, s, z = f"{prefix}:h", f"{prefix}:s", f"{prefix}:z"
+    await stock.hset(h, mapping={"a": "1", "b": b"\x00\xff"})
+    await stock.xadd(s, {"k": "v"}, id="1-1")
+    await stock.zadd(z, {"m": 2.5})
+    mux = await attached(lean)
+    calls: list[Any] = [
+        lambda c: c.hgetall(h),
+        lambda c: c.hget(h, "missing"),
+        lambda c: c.hmget(h, ["a", "b", "c"]),
+        lambda c: c.xrange(s),
+        lambda c: c.xrevrange(s, count=1),
+        lambda c: c.zrange(z, 0, -1, withscores=True),
+        lambda c: c.zscore(z, "m"),
+        lambda c: c.exists(h, s, f"{prefix}:none"),
+        lambda c: c.hexists(h, "a"),
+        lambda c: c.hlen(h),
+        lambda c: c.xlen(s),
+    ] * 10
+    before = mux.round_trips
+    got = await asyncio.gather(*(call(lean) for call in calls))
+    trips = mux.round_trips - before
+    want = [await call(stock) for call in calls]
+    assert got == want
+    assert 1 <= trips <= 3, trips  # 110 commands, one loop turn: one write (and its reply)
+    seconds, micros = await lean.time()  # TIME's response callback ran: two ints
+    assert isinstance(seconds, int) and isinstance(micros, int)
+
+
+async def test_each_caller_gets_its_own_error_and_the_others_their_replies(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    h = f"{prefix}:h"
+    await stock.hset(h, "a", "1")
+    mux = await attached(lean)
+    before = mux.round_trips
+    results = await asyncio.gather(
+        lean.get(h),  # WRONGTYPE
+        lean.hget(h, "a"),
+        lean.evalsha("0" * 40, 0),  # NOSCRIPT
+        lean.hget(h, "a"),
+        return_exceptions=True,
+    )
+    assert mux.round_trips - before == 1
+    assert isinstance(results[0], ResponseError) and "WRONGTYPE" in str(results[0])
+    assert isinstance(results[2], NoScriptError)
+    assert results[1] == results[3] == b"1"
+    script = lean.register_script("return ARGV[1]")  # NOSCRIPT first: loaded, then run
+    assert await script(args=["x"]) == b"x"
+
+
+async def test_a_plain_pipeline_is_one_submission_and_answers_as_redis_pys(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    key = f"{prefix}:p"
+    mux = await attached(lean)
+    results = []
+    for client in (lean, stock):
+        await stock.delete(key)
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set(key, "1")
+            pipe.incr(key)
+            pipe.hget(key, "x")  # WRONGTYPE: in place with raise_on_error=False
+            pipe.get(key)
+            before = mux.round_trips
+            results.append(await pipe.execute(raise_on_error=False))
+            if client is lean:
+                assert mux.round_trips - before == 1
+    (l_set, l_incr, l_err, l_get), (s_set, s_incr, s_err, s_get) = results
+    assert (l_set, l_incr, l_get) == (s_set, s_incr, s_get) == (True, 2, b"2")
+    assert type(l_err) is type(s_err) and str(l_err) == str(s_err)
+    errors = []
+    for client in (lean, stock):
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.hget(key, "x")
+            with pytest.raises(ResponseError) as raised:
+                await pipe.execute()
+            errors.append(str(raised.value))
+    assert errors[0] == errors[1]  # annotated alike: "Command # 2 (HGET …) of pipeline …"
+    assert "Command # 2" in errors[0]
+
+
+async def test_a_cancelled_caller_leaves_its_reply_behind_not_to_the_next(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    await stock.set(f"{prefix}:a", "A")
+    await stock.set(f"{prefix}:b", "B")
+    await attached(lean)
+    first = asyncio.ensure_future(lean.get(f"{prefix}:a"))
+    await asyncio.sleep(0)  # submitted, then given up before its reply
+    first.cancel()
+    assert await lean.get(f"{prefix}:b") == b"B"
+    results = await asyncio.gather(*(lean.get(f"{prefix}:{k}") for k in "ab" * 20))
+    assert results == [b"A", b"B"] * 20
+
+
+async def test_blocking_commands_do_not_wait_behind_the_mux(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    await attached(lean)
+    blocked = asyncio.ensure_future(lean.xread({f"{prefix}:s": "$"}, block=3000))
+
+    async def blocking() -> bool:
+        info: dict[str, Any] = await stock.info("clients")
+        return int(info["blocked_clients"]) >= 1
+
+    await eventually_async(blocking, what="the XREAD blocks in Redis")
+    started = time.monotonic()
+    for _ in range(5):
+        assert await lean.hget(f"{prefix}:h", "x") is None
+    assert time.monotonic() - started < 1.5  # not behind the 3 s XREAD
+    assert not blocked.done()
+    blocked.cancel()
+
+
+async def test_commands_in_flight_when_the_connection_dies_are_answered_by_redis_pys_path() -> None:
+    """The mux's connection is killed by the server while commands wait on it: each caller
+    still gets its reply (sent again through redis-py's path, which reconnects), and a later
+    command takes a connection again."""
+    with private_redis() as server:
+        client = redis_client(server.url)
+        admin = Redis.from_url(server.url, protocol=2)
+        try:
+            await client.set("k", "v")
+            mux = await attached(client)
+            # Every connection but the admin's, the mux's included, closed by the server.
+            await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            results = await asyncio.gather(*(client.get("k") for _ in range(20)))
+            assert results == [b"v"] * 20
+            await eventually(lambda: mux.held is not None, what="the mux holds one again")
+            before = mux.round_trips
+            assert await asyncio.gather(*(client.get("k") for _ in range(5))) == [b"v"] * 5
+            assert mux.round_trips > before  # through the mux again
+        finally:
+            await client.aclose()
+            await admin.aclose()
+
+
+async def test_a_mute_server_times_the_mux_out_into_redis_pys_path_never_a_hang() -> None:
+    mute = MuteRedis()
+    await mute.start()
+    pool = mute.pool(LeanPool, RedisTimeoutError, RedisConnectionError)
+    client = LeanRedis.from_pool(pool)
+    client.mux = mux = CommandMux(client)
+    try:
+        assert await client.execute_command("GET", "k") == b"OK"
+        await eventually(lambda: mux.held is not None, what="the mux holds a connection")
+        before = mux.round_trips
+        assert await client.execute_command("GET", "k") == b"OK"
+        assert mux.round_trips == before + 1
+        mute.mute = True
+        started = time.monotonic()
+        with pytest.raises((RedisTimeoutError, RedisConnectionError)):
+            await asyncio.wait_for(client.execute_command("GET", "k"), 5)
+        elapsed = time.monotonic() - started
+        assert 0.3 <= elapsed < 4  # the mux's 0.3 s, then redis-py's attempts
+        assert mux.held is None  # abandoned: its connection went back, closed
+        mute.mute = False
+        assert await client.execute_command("GET", "k") == b"OK"
+    finally:
+        await client.aclose()
+        assert mute.server is not None
+        mute.server.close()
+
+
+async def test_closing_the_client_hands_the_held_connection_back_clean(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, _, _ = clients
+    mux = await attached(lean)
+    held = mux.held
+    await mux.aclose()
+    pool = lean.connection_pool
+    assert mux.held is None
+    assert held not in pool._in_use_connections  # type: ignore[attr-defined]
+    assert held in pool._available_connections  # type: ignore[attr-defined]
+    assert await lean.get("agw-test-mux:none") is None  # redis-py reads it again, in step
