@@ -8,16 +8,18 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
-from app.backends.redis.command_mux import CommandMux
+from app.backends.redis.command_mux import CommandMux, _packed, _Submission
 from app.backends.redis.lean import LeanPool, LeanRedis
 from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
 from tests.support import eventually, eventually_async
@@ -236,3 +238,33 @@ async def test_closing_the_client_hands_the_held_connection_back_clean(
     assert held not in pool._in_use_connections  # type: ignore[attr-defined]
     assert held in pool._available_connections  # type: ignore[attr-defined]
     assert await lean.get("agw-test-mux:none") is None  # redis-py reads it again, in step
+
+
+arguments = st.one_of(
+    st.text(max_size=8),  # any code point but lone surrogates (strict UTF-8)
+    st.binary(max_size=8),
+    st.integers(),
+    st.floats(allow_nan=False),
+)
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["GET", "ZADD", "XINFO STREAM"]), st.lists(arguments, max_size=5)
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_commands_are_packed_as_the_connection_packs_them(
+    commands: list[tuple[str, list[Any]]],
+) -> None:
+    """hiredis at once for plain arguments, the connection's packing for the rest: the same
+    bytes as the connection's own packing of each command."""
+    client = redis_client(SHARED_REDIS_URL)
+    conn = client.connection_pool.make_connection()  # type: ignore[attr-defined]
+    batch = [_Submission([(name, *args)], cast(Any, None)) for name, args in commands]
+    want = b"".join(chunk for name, args in commands for chunk in conn.pack_command(name, *args))
+    assert b"".join(_packed(conn, batch)) == want
