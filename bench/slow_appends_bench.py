@@ -29,24 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _event(run: str, seq: int, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "protocolVersion": "0.1",
-        "type": type_,
-        "eventId": f"{run}:{seq}:{type_}",
-        "sessionId": "ses_bench",
-        "runId": run,
-        "sequence": seq,
-        "timestamp": 1.0,
-        "payload": payload,
-    }
-
-
 async def measure(backend_name: str, redis_url: str, c: int, rate: float, seconds: float) -> float:
     """CPU seconds per delta of one round on ``backend_name``."""
     from app.backends import ConversationMeta, ConversationRef, LogItem
     from app.backends.memory import MemoryBackend
     from app.backends.redis import RedisBackend, redis_client
+    from bench.redis_bench import _event  # this tree's (``--tree`` is first on the path)
 
     backend: Any
     if backend_name == "redis":

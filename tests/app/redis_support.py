@@ -70,6 +70,24 @@ async def redis(prefix: str) -> AsyncIterator[Redis]:
         yield client
 
 
+@pytest.fixture
+async def clients(prefix: str) -> AsyncIterator[tuple[Redis, Redis, str]]:
+    """The gateway's client, redis-py's stock client on the same protocol (RESP2), and a key
+    prefix of the test's own (its keys deleted afterwards); import with ``prefix``."""
+    from app.backends.redis import redis_client  # the app's, imported by the tests using it
+
+    lean = redis_client(SHARED_REDIS_URL)
+    stock = Redis.from_url(SHARED_REDIS_URL, protocol=2)
+    try:
+        yield lean, stock, prefix
+    finally:
+        keys = [key async for key in stock.scan_iter(f"{prefix}*")]
+        if keys:
+            await stock.delete(*keys)
+        await lean.aclose()
+        await stock.aclose()
+
+
 class PrivateRedis:
     """A ``redis-server`` of our own on a free port, with RDB saved on shutdown, restartable."""
 

@@ -5,9 +5,7 @@ to redis-py's path, never a wrong reply or a hang; blocking commands never wait 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -21,8 +19,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.backends.redis import redis_client
 from app.backends.redis.command_mux import CommandMux, _packed, _Submission
 from app.backends.redis.lean import LeanPool, LeanRedis
-from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
+from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, clients, prefix, private_redis
 from tests.support import eventually, eventually_async
+
+__all__ = ["clients", "prefix"]  # fixtures
 
 
 def mux_of(client: Redis) -> CommandMux:
@@ -36,21 +36,6 @@ async def attached(client: Redis) -> CommandMux:
     await client.exists("warm-up")
     await eventually(lambda: mux.held is not None, what="the mux holds a connection")
     return mux
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[tuple[Redis, Redis, str]]:
-    lean = redis_client(SHARED_REDIS_URL)
-    stock = Redis.from_url(SHARED_REDIS_URL, protocol=2)
-    prefix = f"agw-test-mux:{secrets.token_hex(4)}"
-    try:
-        yield lean, stock, prefix
-    finally:
-        keys = [key async for key in stock.scan_iter(f"{prefix}*")]
-        if keys:
-            await stock.delete(*keys)
-        await lean.aclose()
-        await stock.aclose()
 
 
 async def test_concurrent_commands_share_round_trips_and_answer_as_redis_py(

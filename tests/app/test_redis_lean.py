@@ -6,9 +6,7 @@ connection of a full pool are woken."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,24 +18,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
 from app.backends.redis.lean import Deadlines, LeanPipeline, LeanPool, LeanRedis
-from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, private_redis
+from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, clients, prefix, private_redis
 
-
-@pytest.fixture
-async def clients() -> AsyncIterator[tuple[Redis, Redis, str]]:
-    """The gateway's client, redis-py's stock client on the same protocol, and a key prefix of
-    the test's own."""
-    lean = redis_client(SHARED_REDIS_URL)
-    stock = Redis.from_url(SHARED_REDIS_URL, protocol=2)
-    prefix = f"agw-test-lean:{secrets.token_hex(4)}"
-    try:
-        yield lean, stock, prefix
-    finally:
-        keys = [key async for key in stock.scan_iter(f"{prefix}*")]
-        if keys:
-            await stock.delete(*keys)
-        await lean.aclose()
-        await stock.aclose()
+__all__ = ["clients", "prefix"]  # fixtures
 
 
 async def test_the_gateways_client_is_the_lean_one(clients: tuple[Redis, Redis, str]) -> None:

@@ -300,6 +300,8 @@ async def test_a_first_send_whose_reply_is_lost_is_sent_again_looking_for_itself
             replies_in(wire)
 
         pipeline._replies_in = lose_the_first_reply  # type: ignore[method-assign]
+        pipeline._detach()  # the wire hands what it reads to the handler it was attached with
+        pipeline._attach()
         ids = await asyncio.wait_for(log.append(keys, "", [ev(1)]), 10)
         assert lost == [1]
         assert await _logged(log, keys) == [0, 1]

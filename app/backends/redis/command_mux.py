@@ -31,11 +31,11 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.packing import plain_utf8
 from app.backends.redis.tasks import stop_task
+from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
 
 __all__ = ["MAX_COMMANDS", "MUXED", "CommandMux"]
 
@@ -113,40 +113,6 @@ def _packed(conn: AbstractConnection, batch: list[_Submission]) -> list[bytes]:
     return out
 
 
-class _Wire(asyncio.Protocol):
-    """The held connection's socket while the mux drives it; redis-py's protocol (``original``)
-    still hears of the connection's end, so its view of the connection stays true."""
-
-    def __init__(
-        self,
-        transport: asyncio.Transport,
-        original: asyncio.BaseProtocol,
-        reader: hiredis.Reader,
-        mux: CommandMux,
-    ) -> None:
-        self.transport = transport
-        self.original = original
-        self.reader = reader
-        self._mux = mux
-
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-        self._mux._replies_in(self)
-
-    def pause_writing(self) -> None:
-        self.original.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.original.resume_writing()
-
-    def eof_received(self) -> bool | None:
-        return None  # the server closed: the transport closes, connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.original.connection_lost(exc)
-        self._mux._lost(self, exc)
-
-
 class CommandMux:
     def __init__(self, redis: Redis, max_commands: int = MAX_COMMANDS) -> None:
         self._redis = redis
@@ -159,12 +125,11 @@ class CommandMux:
         self._batch: list[_Submission] | None = None
         self._expected = 0
         self._replies: list[Any] = []
-        self._wire: _Wire | None = None
+        self._wire: Wire | None = None
         self._conn: AbstractConnection | None = None
         self._attaching: asyncio.Task[None] | None = None
         self._timeout: float | None = None
-        self._deadline = 0.0
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watch = RoundTripWatch(lambda: self._batch is not None, self._timed_out)
         self._closed = False
         #: Round trips made (writes sent), for tests and benchmarks.
         self.round_trips = 0
@@ -204,7 +169,8 @@ class CommandMux:
         self._loop = loop
         self._wire = self._conn = self._attaching = None
         self._batch, self._pending, self._waiting = None, [], 0
-        self._flush_soon = self._watchdog = None
+        self._flush_soon = None
+        self._watch = RoundTripWatch(lambda: self._batch is not None, self._timed_out)
 
     def _flush(self) -> None:
         self._flush_soon = None
@@ -242,33 +208,21 @@ class CommandMux:
             return
         self._batch, self._expected, self._replies = batch, count, []
         self.round_trips += 1
-        try:
-            wire.transport.writelines(data)
-        except Exception as exc:  # the transport refused it (closed meanwhile)
-            self._abandon(RedisConnectionError(f"Error while writing: {exc}"))
+        refused = wire.send(data)
+        if refused is not None:
+            self._abandon(refused)
             return
-        if self._timeout is not None:
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.time() + self._timeout
-            if self._watchdog is None:
-                self._watchdog = loop.call_at(self._deadline, self._watch)
+        self._watch.start(self._timeout)
 
-    def _replies_in(self, wire: _Wire) -> None:
+    def _replies_in(self, wire: Wire) -> None:
         if wire is not self._wire:
             return
-        replies = self._replies
-        try:
-            while (reply := wire.reader.gets()) is not False:
-                replies.append(reply)
-        except Exception as exc:  # not RESP: the connection cannot be trusted any more
-            self._abandon(RedisConnectionError(f"Protocol error: {exc}"))
+        batch, replies = self._batch, self._replies
+        complete = take_replies(wire, replies, None if batch is None else self._expected)
+        if isinstance(complete, Exception):
+            self._abandon(complete)
             return
-        batch = self._batch
-        if batch is None or len(replies) > self._expected:
-            if replies:
-                self._abandon(RedisConnectionError("A reply no command was waiting for"))
-            return
-        if len(replies) < self._expected:
+        if not complete or batch is None:
             return
         self._batch, self._replies = None, []
         start = 0
@@ -280,20 +234,12 @@ class CommandMux:
         if self._pending and self._flush_soon is None:
             self._flush()
 
-    def _watch(self) -> None:
-        self._watchdog = None
-        if self._batch is None:
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._deadline:
-            self._abandon(RedisTimeoutError(f"Timeout of {self._expected} commands"))
-        else:
-            self._watchdog = loop.call_at(self._deadline, self._watch)
+    def _timed_out(self) -> None:
+        self._abandon(RedisTimeoutError(f"Timeout of {self._expected} commands"))
 
-    def _lost(self, wire: _Wire, exc: Exception | None) -> None:
+    def _lost(self, wire: Wire, exc: Exception | None) -> None:
         if wire is self._wire:
-            reason = f": {exc}" if exc is not None else ""
-            self._abandon(RedisConnectionError(f"Connection lost{reason}"))
+            self._abandon(lost_error(exc))
 
     def _abandon(self, error: Exception) -> None:
         """The wire failed: every submission in flight or waiting fails with ``error`` (its
@@ -336,33 +282,22 @@ class CommandMux:
         except Exception:
             self._attaching = None
             return
-        if self._closed or not self._drivable(conn):
-            await self._redis.connection_pool.release(conn)
-            self._attaching = None
-            return
-        transport = cast(asyncio.Transport, conn._writer.transport)  # type: ignore[union-attr]
-        reader = hiredis.Reader(
-            protocolError=InvalidResponse,
-            replyError=conn._parser.parse_error,  # redis-py's error classes
-        )
-        self._timeout = conn.socket_timeout
-        self._conn = conn
-        self._wire = _Wire(transport, transport.get_protocol(), reader, self)
-        transport.set_protocol(self._wire)
+        wire = None
+        if not self._closed and self._plain(conn):
+            wire = attach(conn, self._replies_in, self._lost)
         self._attaching = None
+        if wire is None:
+            await self._redis.connection_pool.release(conn)
+            return
+        self._timeout = conn.socket_timeout
+        self._conn, self._wire = conn, wire
 
     @staticmethod
-    def _drivable(conn: AbstractConnection) -> bool:
-        from app.backends.redis.lean import has_unread_data  # lean uses this module
-
-        transport = getattr(getattr(conn, "_writer", None), "transport", None)
+    def _plain(conn: AbstractConnection) -> bool:
+        """RESP2 replies as bytes, str written as strict UTF-8: what the callers finish and
+        :func:`_packed` packs (the gateway's client)."""
         return (
-            conn.is_connected
-            and transport is not None
-            and all(hasattr(transport, m) for m in ("set_protocol", "get_protocol", "writelines"))
-            and not transport.is_closing()
-            and not has_unread_data(conn)
-            and not conn.encoder.decode_responses
+            not conn.encoder.decode_responses
             and plain_utf8(conn)
             and str(getattr(conn, "protocol", 2)) == "2"
             and not getattr(conn, "_resp2_fallback", False)
@@ -374,15 +309,12 @@ class CommandMux:
         self._closed = True
         if self._loop is not asyncio.get_running_loop():
             return  # nothing held on this loop
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._watch.cancel()
         await stop_task(self._attaching)
         self._attaching = None
         wire, batch = self._wire, self._batch
         if wire is not None and batch is None and not wire.reader.has_data():
-            if not wire.transport.is_closing():  # clean: redis-py reads it again
-                wire.transport.set_protocol(wire.original)
+            wire.detach()  # clean: redis-py reads it again
             conn, self._conn, self._wire = self._conn, None, None
             assert conn is not None
             await self._release(conn)

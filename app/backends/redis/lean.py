@@ -41,6 +41,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.command_mux import MUXED
+from app.backends.redis.wire import has_unread_data
 
 if TYPE_CHECKING:
     from app.backends.redis.command_mux import CommandMux
@@ -102,16 +103,6 @@ def send_without_task(pool: ConnectionPool) -> None:
         return
     name = f"TaskFree{base.__name__}"
     pool.connection_class = cast(type[AbstractConnection], type(name, (_SendWithoutTask, base), {}))
-
-
-def has_unread_data(connection: AbstractConnection) -> bool:
-    """Bytes received and not read (a reply nobody waited for): the full path's checkout
-    reconnects such a connection."""
-    stream = getattr(connection, "_reader", None)
-    if stream is not None and getattr(stream, "_buffer", None):
-        return True
-    reader = getattr(getattr(connection, "_parser", None), "_reader", None)
-    return bool(reader is not None and reader.has_data())
 
 
 class Deadlines:

@@ -8,7 +8,7 @@ one per call (at 100 answers x 50 deltas/s: ~5,000 appends/s in a few hundred pi
 
 The calls go over one connection the pipeline holds, taken from the client's pool (redis-py
 connects it: TLS, AUTH, HELLO, SELECT) and handed back by :meth:`ScriptPipeline.aclose`. While
-it works, the pipeline drives that connection's socket itself (:class:`_Wire`): a pipeline is
+it works, the pipeline drives that connection's socket itself (:mod:`.wire`): a pipeline is
 written from a loop callback, and each chunk read is parsed at once by a hiredis reader whose
 replies settle the calls, so a round trip costs no task, no per-read stream layers and no
 per-round-trip timer (one watchdog checks the deadline of the round trip in flight): the
@@ -28,18 +28,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.append_packing import bulk
-from app.backends.redis.lean import has_unread_data
 from app.backends.redis.packing import pack_plain_commands, plain_utf8
 from app.backends.redis.tasks import stop_task
+from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
 
@@ -87,41 +86,6 @@ def _fail(calls: list[_Call], error: Exception) -> None:
         _answer(call, error)
 
 
-class _Wire(asyncio.Protocol):
-    """The held connection's socket while the pipeline drives it. redis-py's own protocol
-    (``original``) still hears of the connection's end, so its view of the connection stays
-    true (the pipeline hands it back or reconnects it through redis-py)."""
-
-    def __init__(
-        self,
-        transport: asyncio.Transport,
-        original: asyncio.BaseProtocol,
-        reader: hiredis.Reader,
-        pipeline: ScriptPipeline,
-    ) -> None:
-        self.transport = transport
-        self.original = original
-        self.reader = reader
-        self._pipeline = pipeline
-
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-        self._pipeline._replies_in(self)
-
-    def pause_writing(self) -> None:
-        self.original.pause_writing()  # redis-py's drain waits while the socket is full
-
-    def resume_writing(self) -> None:
-        self.original.resume_writing()
-
-    def eof_received(self) -> bool | None:
-        return None  # the server closed: the transport closes, connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.original.connection_lost(exc)
-        self._pipeline._lost(self, exc)
-
-
 class ScriptPipeline:
     def __init__(
         self,
@@ -144,15 +108,14 @@ class ScriptPipeline:
         #: The pipeline on the wire (its calls in order) and the replies read of it so far.
         self._batch: list[_Call] | None = None
         self._replies: list[Any] = []
-        self._wire: _Wire | None = None
+        self._wire: Wire | None = None
         #: redis-py's path at work (connect, resend after a loss, load the script): the fast
         #: path waits for it.
         self._slow: asyncio.Task[None] | None = None
         self._conn: AbstractConnection | None = None
         #: The held connection's socket timeout, applied once per round trip (see _connection).
         self._timeout: float | None = None
-        self._deadline = 0.0
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watch = RoundTripWatch(lambda: self._batch is not None, self._timed_out)
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
 
@@ -202,15 +165,11 @@ class ScriptPipeline:
             return
         self._batch, self._replies = batch, []
         self.round_trips += 1
-        try:
-            wire.transport.writelines(data)
-        except Exception as exc:  # the transport refused it (closed meanwhile)
-            self._abandon(RedisConnectionError(f"Error while writing: {exc}"))
+        refused = wire.send(data)
+        if refused is not None:
+            self._abandon(refused)
             return
-        if self._timeout is not None:
-            self._deadline = loop.time() + self._timeout
-            if self._watchdog is None:
-                self._watchdog = loop.call_at(self._deadline, self._watch)
+        self._watch.start(self._timeout)
 
     def _next_batch(self) -> list[_Call]:
         while self._pending:
@@ -245,23 +204,16 @@ class ScriptPipeline:
         head = self._heads[keys] = b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys)))
         return head
 
-    def _replies_in(self, wire: _Wire) -> None:
+    def _replies_in(self, wire: Wire) -> None:
         """``wire`` read something: settle the pipeline in flight once all its replies are in."""
         if wire is not self._wire:
             return
-        replies = self._replies
-        try:
-            while (reply := wire.reader.gets()) is not False:
-                replies.append(reply)
-        except Exception as exc:  # not RESP: the connection cannot be trusted any more
-            self._abandon(RedisConnectionError(f"Protocol error: {exc}"))
+        batch, replies = self._batch, self._replies
+        complete = take_replies(wire, replies, None if batch is None else len(batch))
+        if isinstance(complete, Exception):
+            self._abandon(complete)
             return
-        batch = self._batch
-        if batch is None or len(replies) > len(batch):
-            if replies:
-                self._abandon(RedisConnectionError("A reply no call was waiting for"))
-            return
-        if len(replies) < len(batch):
+        if not complete or batch is None:
             return
         self._batch, self._replies = None, []
         self._settle(batch, replies)
@@ -280,20 +232,13 @@ class ScriptPipeline:
                 self._slowly(missing, None, load_script=True), name="redis-script-pipeline"
             )
 
-    def _watch(self) -> None:
-        self._watchdog = None
-        if self._batch is None:
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._deadline:
-            self._abandon(RedisTimeoutError(f"Timeout of a pipeline of {len(self._batch)}"))
-        else:
-            self._watchdog = loop.call_at(self._deadline, self._watch)
+    def _timed_out(self) -> None:
+        size = len(self._batch or ())
+        self._abandon(RedisTimeoutError(f"Timeout of a pipeline of {size}"))
 
-    def _lost(self, wire: _Wire, exc: Exception | None) -> None:
+    def _lost(self, wire: Wire, exc: Exception | None) -> None:
         if wire is self._wire:
-            reason = f": {exc}" if exc is not None else ""
-            self._abandon(RedisConnectionError(f"Connection lost{reason}"))
+            self._abandon(lost_error(exc))
 
     def _abandon(self, error: Exception) -> None:
         """The wire failed: the pipeline in flight (which may or may not have run) goes to
@@ -399,36 +344,13 @@ class ScriptPipeline:
     def _detach(self) -> None:
         """Give the held connection's socket back to redis-py's protocol (nothing in flight)."""
         wire, self._wire = self._wire, None
-        if wire is not None and not wire.transport.is_closing():
-            wire.transport.set_protocol(wire.original)
+        if wire is not None:
+            wire.detach()
 
     def _attach(self) -> None:
         """Drive the held connection's socket directly (if it is connected and clean)."""
-        conn = self._conn
-        # uvloop's transports are not asyncio.Transport subclasses: what is used is checked.
-        transport = cast(
-            asyncio.Transport, getattr(getattr(conn, "_writer", None), "transport", None)
-        )
-        if (
-            conn is None
-            or not conn.is_connected
-            or not all(
-                hasattr(transport, m) for m in ("set_protocol", "get_protocol", "writelines")
-            )
-            or transport.is_closing()
-            or has_unread_data(conn)
-        ):
-            return
-        reader_args: dict[str, Any] = {
-            "protocolError": InvalidResponse,
-            "replyError": conn._parser.parse_error,  # redis-py's error classes (NoScriptError)
-        }
-        if conn.encoder.decode_responses:
-            reader_args["encoding"] = conn.encoder.encoding
-            reader_args["errors"] = conn.encoder.encoding_errors
-        wire = _Wire(transport, transport.get_protocol(), hiredis.Reader(**reader_args), self)
-        transport.set_protocol(wire)
-        self._wire = wire
+        if self._conn is not None:
+            self._wire = attach(self._conn, self._replies_in, self._lost)
 
     async def aclose(self) -> None:
         """Stop the pipeline in flight (its callers' calls are cancelled) and hand the held
@@ -436,9 +358,7 @@ class ScriptPipeline:
         if self._flush_soon is not None:
             self._flush_soon.cancel()
             self._flush_soon = None
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._watch.cancel()
         await stop_task(self._slow)
         wire, self._wire = self._wire, None
         batch, self._batch = self._batch, None
@@ -450,7 +370,7 @@ class ScriptPipeline:
             return
         if wire is not None:
             if batch is None and not wire.reader.has_data() and not wire.transport.is_closing():
-                wire.transport.set_protocol(wire.original)  # redis-py reads it again
+                wire.detach()  # redis-py reads it again
             else:  # replies nobody will read: not to be handed to the pool's next user
                 await conn.disconnect(nowait=True)
         conn.socket_timeout = self._timeout
