@@ -93,7 +93,7 @@ class _Submission:
 
 #: hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
 _pack_command = cast(Callable[[Command], bytes], hiredis.pack_command)
-#: Argument types hiredis packs as the connection's encoder does (strict UTF-8: ``_drivable``).
+#: Argument types hiredis packs as the connection's encoder does (strict UTF-8: ``_plain``).
 _PLAIN: Final = frozenset({str, bytes, int})
 
 
@@ -119,7 +119,6 @@ class CommandMux:
         self._max = max(1, max_commands)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[_Submission] = []
-        self._waiting = 0  # commands in ``_pending``
         self._flush_soon: asyncio.Handle | None = None
         #: The submissions on the wire, the number of replies they take, and those read.
         self._batch: list[_Submission] | None = None
@@ -157,7 +156,6 @@ class CommandMux:
             return None
         done: asyncio.Future[list[Any]] = loop.create_future()
         self._pending.append(_Submission(commands, done))
-        self._waiting += len(commands)
         if self._batch is None and self._flush_soon is None:
             # After this loop turn: what is submitted in it goes together.
             self._flush_soon = loop.call_soon(self._flush)
@@ -168,7 +166,7 @@ class CommandMux:
         old loop and is let go (its connection is the pool's to drop)."""
         self._loop = loop
         self._wire = self._conn = self._attaching = None
-        self._batch, self._pending, self._waiting = None, [], 0
+        self._batch, self._pending = None, []
         self._flush_soon = None
         self._watch = RoundTripWatch(lambda: self._batch is not None, self._timed_out)
 
@@ -190,7 +188,6 @@ class CommandMux:
             if batch and count + size > self._max:
                 break
             taken += 1
-            self._waiting -= size
             if not submission.done.done():  # else its caller gave up before it was sent
                 batch.append(submission)
                 count += size
@@ -248,7 +245,7 @@ class CommandMux:
         wire, self._wire = self._wire, None
         conn, self._conn = self._conn, None
         batch, self._batch = self._batch, None
-        pending, self._pending, self._waiting = self._pending, [], 0
+        pending, self._pending = self._pending, []
         if self._flush_soon is not None:
             self._flush_soon.cancel()
             self._flush_soon = None
@@ -305,7 +302,7 @@ class CommandMux:
 
     async def aclose(self) -> None:
         """Fail what waits or is in flight (its callers take their own way) and hand the held
-        connection back to the pool (a later submission takes one again)."""
+        connection back to the pool; from now on every caller takes its own way."""
         self._closed = True
         if self._loop is not asyncio.get_running_loop():
             return  # nothing held on this loop
@@ -318,7 +315,7 @@ class CommandMux:
             conn, self._conn, self._wire = self._conn, None, None
             assert conn is not None
             await self._release(conn)
-            pending, self._pending, self._waiting = self._pending, [], 0
+            pending, self._pending = self._pending, []
             for submission in pending:
                 if not submission.done.done():
                     submission.done.set_exception(RedisConnectionError("The client is closing"))
