@@ -1,8 +1,8 @@
 """Snapshots on Redis: the owner's live state when it is exact, else snapshot + log tail.
 
-The first snapshot after a claim (the run's start reads one) is answered without a round trip:
-the claim read the meta with the snapshot, and the owner's state is exact until its first
-append. A save of the meta here drops that copy; one saved by another instance in the
+The first snapshot after a claim (the run's start reads one) is answered without a round trip
+when the owner's state is exact (no append in flight): the claim read the meta along with the
+snapshot. A save of the meta here drops that copy; one saved by another instance in the
 milliseconds between the claim and that snapshot is seen by the next snapshot, as if that
 save had come just after it.
 """
