@@ -186,6 +186,23 @@ async def test_commands_after_the_connection_is_killed_are_answered_and_the_mux_
             await admin.aclose()
 
 
+async def test_a_round_trip_in_flight_when_its_connection_is_lost_is_answered_by_redis_pys_path(
+    clients: tuple[Redis, Redis, str],
+) -> None:
+    lean, stock, prefix = clients
+    await stock.set(f"{prefix}:k", "v")
+    mux = await attached(lean)
+    held = mux.held
+    assert held is not None
+    calls = [asyncio.ensure_future(lean.get(f"{prefix}:k")) for _ in range(20)]
+    await asyncio.sleep(0)  # the callers submit (the write is due in the next loop turn)
+    await asyncio.sleep(0)  # written; the replies are read in a later turn
+    assert mux._batch is not None  # in flight
+    held._writer.transport.abort()  # type: ignore[union-attr]  # lost before its replies
+    assert await asyncio.wait_for(asyncio.gather(*calls), 10) == [b"v"] * 20
+    assert mux.held is not held
+
+
 async def test_a_mute_server_times_the_mux_out_into_redis_pys_path_never_a_hang() -> None:
     mute = MuteRedis()
     await mute.start()
