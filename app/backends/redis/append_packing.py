@@ -12,9 +12,11 @@ both ways).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["bulk", "pack_append_args"]
+__all__ = ["bulk", "pack_append_args", "remember"]
+
+K = TypeVar("K")
 
 #: Cached pieces kept at most (past it a cache starts over): lengths and run ids vary.
 CACHE_LIMIT = 4096
@@ -40,18 +42,14 @@ def bulk(arg: str | bytes | int) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(arg), arg)
 
 
-def _head(kind: str, size: int) -> bytes:
-    if len(_heads) >= CACHE_LIMIT:
-        _heads.clear()
-    head = _heads[kind, size] = bulk(kind) + b"$%d\r\n" % size
-    return head
-
-
-def _tail(type_: str, run_id: str) -> bytes:
-    if len(_tails) >= CACHE_LIMIT:
-        _tails.clear()
-    tail = _tails[type_, run_id] = b"\r\n" + bulk(type_) + bulk(run_id)
-    return tail
+def remember(cache: dict[K, bytes], key: K, packed: bytes, limit: int | None = None) -> bytes:
+    """Store ``packed`` under ``key`` in ``cache`` and return it; a cache at ``limit`` entries
+    (``CACHE_LIMIT`` by default) starts over first. Called on a miss only:
+    ``cache.get(key) or remember(cache, key, <packed>)``."""
+    if len(cache) >= (CACHE_LIMIT if limit is None else limit):
+        cache.clear()
+    cache[key] = packed
+    return packed
 
 
 def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
@@ -66,32 +64,24 @@ def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
         out = [bulk(arg) for arg in args[:7]]
     else:
         header = tuple(args[:7])
-        out = [_headers.get(header) or _header(header)]
+        out = [_headers.get(header) or remember(_headers, header, b"".join(map(bulk, header)))]
     heads, tails = _heads, _tails
     # Typed loosely: the layout says which is which (a bytes ``data`` is what ``%`` and
     # ``join`` take; anything else fails the call, as hiredis would).
     events: Iterator[Any] = iter(args[7:end])
     for kind, data, type_, run_id in zip(events, events, events, events, strict=True):
-        head = heads.get((kind, len(data))) or _head(kind, len(data))
-        tail = tails.get((type_, run_id)) or _tail(type_, run_id)
+        size = len(data)
+        head = heads.get((kind, size)) or remember(
+            heads, (kind, size), bulk(kind) + b"$%d\r\n" % size
+        )
+        tail = tails.get((type_, run_id)) or remember(
+            tails, (type_, run_id), b"\r\n" + bulk(type_) + bulk(run_id)
+        )
         out += (head, data, tail)
     rest = args[end:]
     if len(rest) == 2:  # nonce, flag
-        out += (bulk(rest[0]), _flags.get(rest[1]) or _flag(rest[1]))
+        flag = rest[1]
+        out += (bulk(rest[0]), _flags.get(flag) or remember(_flags, flag, bulk(flag)))
     else:
         out += [bulk(arg) for arg in rest]
     return out
-
-
-def _header(header: tuple[Any, ...]) -> bytes:
-    if len(_headers) >= CACHE_LIMIT:
-        _headers.clear()
-    packed = _headers[header] = b"".join(map(bulk, header))
-    return packed
-
-
-def _flag(flag: Any) -> bytes:
-    if len(_flags) >= CACHE_LIMIT:
-        _flags.clear()
-    packed = _flags[flag] = bulk(flag)
-    return packed

@@ -309,19 +309,15 @@ class CommandMux:
         self._watch.cancel()
         await stop_task(self._attaching)
         self._attaching = None
-        wire, batch = self._wire, self._batch
-        if wire is not None and batch is None and not wire.reader.has_data():
-            wire.detach()  # clean: redis-py reads it again
-            conn, self._conn, self._wire = self._conn, None, None
-            assert conn is not None
-            await self._release(conn)
-            pending, self._pending = self._pending, []
-            for submission in pending:
-                if not submission.done.done():
-                    submission.done.set_exception(RedisConnectionError("The client is closing"))
-                    submission.done.exception()
-            return
-        conn, self._conn = self._conn, None  # dropped here, before the pool closes
-        self._abandon(RedisConnectionError("The client is closing"))
+        wire, conn = self._wire, self._conn
+        if wire is not None and conn is not None:
+            if self._batch is None and not wire.reader.has_data():  # clean: back as it is
+                wire.detach()  # redis-py reads it again
+                self._wire = self._conn = None
+                await self._release(conn)
+                conn = None
+            else:
+                self._conn = None  # dropped here (below), before the pool closes
+        self._abandon(RedisConnectionError("The client is closing"))  # fails what waits
         if conn is not None:
             await self._drop(conn)

@@ -22,7 +22,7 @@ timeout. An ``asyncio.timeout`` per send and per read (a timer scheduled and can
 
 Before any of that, a data command (or a plain pipeline of them) goes to the client's command
 mux when it has one (:mod:`.command_mux`: every task's commands share round trips on one held
-connection); its reply is finished here as ``parse_response`` would (:func:`finish_reply`).
+connection); its replies are finished here as ``parse_response`` would (:func:`finish_reply`).
 """
 
 from __future__ import annotations
@@ -198,12 +198,10 @@ class LeanRedis(Redis):
             sent = mux.submit((args,))
             if sent is not None:
                 try:
-                    (reply,) = await sent
-                    if isinstance(reply, RedisConnectionError):  # LOADING: as a read raises it
-                        raise reply
+                    (reply,) = await _mux_replies(sent)
                 except (RedisConnectionError, RedisTimeoutError, ConnectionResetError):
                     return await self._full_path(*args, **options)  # as after a lost read
-                return await self._finish(args[0], reply, options)
+                return await finish_reply(self.response_callbacks, args[0], reply, options)
         connection = pool.take_idle()
         if connection is None:
             return await self._full_path(*args, **options)
@@ -225,10 +223,6 @@ class LeanRedis(Redis):
         full = cast(_Command, super().execute_command)  # untyped upstream
         return await full(*args, **options)
 
-    async def _finish(self, name: Any, reply: Any, options: dict[str, Any]) -> Any:
-        """What redis-py's ``parse_response`` makes of ``reply`` once read (RESP2, bytes)."""
-        return await finish_reply(self.response_callbacks, name, reply, options)
-
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
         pipe = LeanPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
         pipe.mux = self.mux
@@ -238,6 +232,16 @@ class LeanRedis(Redis):
         if self.mux is not None:
             await self.mux.aclose()  # its connection back to the pool before the pool closes
         await super().aclose(close_connection_pool)
+
+
+async def _mux_replies(sent: Awaitable[list[Any]]) -> list[Any]:
+    """The mux's raw replies; one that is a connection error (``LOADING``…) raised, as redis-py's
+    read raises it (its caller then takes redis-py's path, which retries)."""
+    replies = await sent
+    for reply in replies:
+        if isinstance(reply, RedisConnectionError):
+            raise reply
+    return replies
 
 
 async def finish_reply(
@@ -274,10 +278,7 @@ class LeanPipeline(Pipeline):
             sent = mux.submit([args for args, _ in stack])
             if sent is not None:
                 try:
-                    replies = await sent
-                    for reply in replies:
-                        if isinstance(reply, RedisConnectionError):  # as a read raises it
-                            raise reply
+                    replies = await _mux_replies(sent)
                 except (RedisConnectionError, RedisTimeoutError, ConnectionResetError):
                     return await super().execute(raise_on_error)  # the stack is still queued
                 try:

@@ -35,7 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.append_packing import bulk
+from app.backends.redis.append_packing import bulk, remember
 from app.backends.redis.packing import pack_plain_commands, plain_utf8
 from app.backends.redis.tasks import stop_task
 from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
@@ -192,17 +192,17 @@ class ScriptPipeline:
                 args = c.packed_args(again)
                 out.append(b"*%d\r\n" % (3 + len(c.keys) + len(args)))
                 keys = tuple(c.keys)
-                out.append(self._heads.get(keys) or self._head(keys, sha))
+                head = self._heads.get(keys) or remember(
+                    self._heads,
+                    keys,
+                    b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys))),
+                    HEADS_LIMIT,
+                )
+                out.append(head)
                 out += pack_args(args)
             return [b"".join(out)]
         commands = [("EVALSHA", sha, len(c.keys), *c.keys, *c.packed_args(again)) for c in calls]
         return pack_plain_commands(conn, commands)
-
-    def _head(self, keys: tuple[str | bytes, ...], sha: str) -> bytes:
-        if len(self._heads) >= HEADS_LIMIT:
-            self._heads.clear()
-        head = self._heads[keys] = b"".join(map(bulk, ("EVALSHA", sha, len(keys), *keys)))
-        return head
 
     def _replies_in(self, wire: Wire) -> None:
         """``wire`` read something: settle the pipeline in flight once all its replies are in."""
