@@ -11,7 +11,7 @@ from typing import Any
 from app.archive.writer import ArchiveWriter
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.delegating import DelegatingBackend
-from app.backends.types import LogItem
+from app.backends.types import AppendDone, LogItem
 from core.runs import RUN_TERMINAL_TYPES
 
 __all__ = ["ArchivingBackend"]
@@ -56,6 +56,15 @@ class ArchivingBackend(DelegatingBackend):
             if entry.event_type in _HOOKED:
                 self._seen(ref, entry.event_type)
         return entries
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        def seen(entries: list[LogEntry] | None, error: Exception | None) -> None:
+            for entry in entries or ():
+                if entry.event_type in _HOOKED:
+                    self._seen(ref, entry.event_type)
+            done(entries, error)
+
+        return self._inner.append_soon(ref, items, seen)
 
     def _seen(self, ref: ConversationRef, event_type: str | None) -> None:
         if event_type == _STARTED:  # archived as started (if the run lasts)

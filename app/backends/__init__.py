@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from app.backends.base import (
     EMPTY_CURSOR,
+    AppendDone,
     Backend,
     ConversationMeta,
     ConversationRef,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMPTY_CURSOR",
+    "AppendDone",
     "Backend",
     "ConversationMeta",
     "ConversationRef",

@@ -36,6 +36,7 @@ from app.backends.roles import (
 )
 from app.backends.types import (
     EMPTY_CURSOR,
+    AppendDone,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -49,6 +50,7 @@ from app.backends.types import (
 
 __all__ = [
     "EMPTY_CURSOR",
+    "AppendDone",
     "Backend",
     "ConversationMeta",
     "ConversationRef",

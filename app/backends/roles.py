@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.backends.types import (
     AcceptedAnswer,
+    AppendDone,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -142,6 +143,19 @@ class EventAppender(Protocol):
         All or nothing: when it raises, none of the items is logged (or, on a lost reply that
         cannot be checked, the caller treats the run as failed, as for ``append_event``).
         """
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        """:meth:`append_batch` without waiting for it: True when the write started (the items
+        are reduced into the state already), and ``done`` is then called once, from a loop
+        callback, with its entries or its error; False, with nothing done, when this backend
+        has no such write for ``ref`` right now (the caller awaits :meth:`append_batch`).
+
+        For a run's writer on a backend whose appends wait for a round trip (Redis): the
+        runner goes back to its upstream at once, and the entries reach the subscribers from
+        the reply's callback, with no wake-up of the runner per read. A backend that wraps
+        another passes it on only if it does what its ``append_batch`` adds, in ``done``.
+        """
+        return False
 
 
 class EventReader(Protocol):

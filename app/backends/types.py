@@ -18,6 +18,7 @@ from providers.contract import Command
 __all__ = [
     "EMPTY_CURSOR",
     "AcceptedAnswer",
+    "AppendDone",
     "ConversationMeta",
     "ConversationRef",
     "FrozenEntry",
@@ -284,6 +285,10 @@ class ReadResult:
 #: Takes entries appended while a read waits right before them, in the appending task, and
 #: returns whether it took them (see ``EventReader.read``). It must not block or await.
 ReadSink = Callable[[list["LogEntry"]], bool]
+
+#: Told how an ``append_soon`` ended, once: ``(entries, None)`` when logged, ``(None, error)``
+#: when not (the error ``append_batch`` would have raised).
+AppendDone = Callable[[list["LogEntry"] | None, Exception | None], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ drain task as above, which batches them (in-process at full speed, inline writes
 cost +3-5 µs/event; on Redis the next read would wait for each round trip); so does, on Redis,
 a read of more than ``INLINE_MAX_ITEMS`` events (a fast stream's, however long checking it
 took). Same order and the same error reporting either way.
+
+An inline write the backend can start without waiting (``append_soon``: Redis, when the run's
+writer has nothing in flight) is not awaited at all: the runner goes back to its upstream, and
+the reply's callback hands the entries on. ``flush`` and ``close`` wait for such writes too.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ class EventPipe:
         self._task: asyncio.Task[None] | None = None
         self._space = asyncio.Event()
         self._space.set()
+        #: Writes started by ``append_soon`` whose callback has not come yet, and what
+        #: ``flush``/``close`` wait on for them.
+        self._soon = 0
+        self._soon_settled: asyncio.Future[None] | None = None
         self.error: Exception | None = None
 
     async def put(self, item: LogItem) -> None:
@@ -91,6 +99,14 @@ class EventPipe:
         else:
             inline = False
         if inline:
+            if self._backend.append_soon(self._ref, items, self._soon_done):
+                # Started, not waited for (Redis, the writer idle): the reply's callback logs
+                # it. The gap counts from now, the runner did not wait for the round trip
+                # (after the run's start events, from nothing: see below).
+                self._soon += 1
+                if first:
+                    self._last_put = float("-inf")
+                return
             try:
                 entries = await self._backend.append_batch(self._ref, items)
             except Exception as exc:
@@ -140,14 +156,33 @@ class EventPipe:
             self._task = None
             self._space.set()
 
+    def _soon_done(self, entries: list[LogEntry] | None, error: Exception | None) -> None:
+        """An ``append_soon`` write ended (a loop callback): as the inline write's end."""
+        self._soon -= 1
+        if entries is not None:
+            self._on_logged(entries)
+        elif self.error is None:
+            self.error = error  # raised at the next put, like a failed drain
+        if not self._soon and self._soon_settled is not None:
+            self._soon_settled.set_result(None)
+            self._soon_settled = None
+
+    async def _written(self) -> None:
+        """Until no write is in flight: the drain task's, nor one started by ``append_soon``."""
+        while self._task is not None or self._soon:
+            if self._task is not None:
+                await asyncio.shield(self._task)
+                continue
+            if self._soon_settled is None:
+                self._soon_settled = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._soon_settled)
+
     async def flush(self) -> None:
         """Wait until everything queued is written; raise the write error if one failed."""
-        while self._task is not None:
-            await asyncio.shield(self._task)
+        await self._written()
         if self.error is not None:
             raise self.error
 
     async def close(self) -> None:
         """Wait for the writes in flight (errors are already reported through ``error``)."""
-        while self._task is not None:
-            await asyncio.shield(self._task)
+        await self._written()

@@ -11,6 +11,8 @@ import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse
 
+from app.backends import ConversationRef, MemoryBackend
+
 __all__ = [
     "collect_sse",
     "drained_to_eof",
@@ -138,4 +140,24 @@ async def drained_to_eof(sock: socket.socket, within: float) -> bool:
     except TimeoutError:
         return False
     except ConnectionResetError:
+        return True
+
+
+class SoonMemoryBackend(MemoryBackend):
+    """Its writes start without waiting (as Redis's do): the outcome comes from a task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: set[asyncio.Future[None]] = set()
+
+    def append_soon(self, ref: ConversationRef, items: Any, done: Any) -> bool:
+        async def write() -> None:
+            try:
+                entries = await self.append_batch(ref, items)
+            except Exception as exc:
+                done(None, exc)
+            else:
+                done(entries, None)
+
+        self.writes.add(asyncio.ensure_future(write()))
         return True

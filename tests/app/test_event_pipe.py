@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.backends import ConversationRef, LogEntry, LogItem, MemoryBackend
+from app.backends import AppendDone, ConversationRef, LogEntry, LogItem, MemoryBackend
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import INLINE_GAP_SECONDS, INLINE_MAX_ITEMS, EventPipe
@@ -332,6 +332,100 @@ async def test_a_failed_inline_write_is_raised_at_the_next_put_and_by_flush() ->
     with pytest.raises(KeyError):
         await pipe.flush()
     await pipe.close()  # does not raise: the error was reported
+
+
+class SoonBackend(MemoryBackend):
+    """A round-trip backend (Redis) whose writes start without waiting (``append_soon``):
+    their replies come when the test calls :meth:`reply`. ``busy``: its writer is not idle
+    (``append_soon`` declines)."""
+
+    inline_appends = True
+    appends_wait = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[list[LogItem]] = []
+        self.awaited: list[int] = []
+        self.in_flight: list[tuple[list[LogItem], AppendDone]] = []
+        self.busy = False
+        self.fail: Exception | None = None
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        if self.busy:
+            return False
+        self.started.append(list(items))
+        self.in_flight.append((list(items), done))
+        return True
+
+    async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
+        self.awaited.append(len(items))
+        return await super().append_batch(ref, items)
+
+    async def reply(self) -> None:
+        """The replies of the writes in flight, in order."""
+        while self.in_flight:
+            items, done = self.in_flight.pop(0)
+            if self.fail is not None:
+                done(None, self.fail)
+            else:
+                done(await super().append_batch(REF, items), None)
+
+
+async def _soon_pipe() -> tuple[SoonBackend, EventPipe, list[LogEntry]]:
+    backend = SoonBackend()
+    await backend.create_conversation(REF, meta())
+    logged: list[LogEntry] = []
+    return backend, EventPipe(backend, REF, logged.extend), logged
+
+
+async def test_a_write_started_without_waiting_frees_the_runner_and_is_logged_from_its_reply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slow stream's read on a backend that starts the write without waiting: the put
+    returns at once, with no task and nothing logged yet; the reply logs it; ``flush`` waits
+    for it. A read that comes while the backend's writer is busy is awaited as before."""
+    backend, pipe, logged = await _soon_pipe()
+    tasks = len(asyncio.all_tasks())
+    clock = loop_clock(monkeypatch)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    assert len(backend.started) == 1 and logged == []  # in flight, the put returned
+    assert len(asyncio.all_tasks()) == tasks  # no drain task
+    flushed = asyncio.ensure_future(pipe.flush())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not flushed.done()  # waits for the write in flight
+    await backend.reply()
+    await flushed
+    assert [e.decoded()["sequence"] for e in logged] == [0]
+    clock.advance(INLINE_GAP_SECONDS)
+    await pipe.put(LogItem.of_event(event("r1", 1, "x")))
+    backend.busy = True
+    clock.advance(INLINE_GAP_SECONDS * 2)
+    await backend.reply()
+    await pipe.put(LogItem.of_event(event("r1", 2, "x")))  # awaited: declined by the backend
+    monkeypatch.undo()
+    assert backend.awaited == [1]
+    await pipe.close()
+    assert [e.decoded()["sequence"] for e in logged] == [0, 1, 2]
+
+
+async def test_a_write_started_without_waiting_that_fails_is_raised_at_the_next_put_and_by_flush(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend, pipe, logged = await _soon_pipe()
+    clock = loop_clock(monkeypatch)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    backend.fail = KeyError("deleted and created again")
+    closed = asyncio.ensure_future(pipe.close())
+    await backend.reply()
+    await closed  # does not raise: the error is reported by put and flush
+    clock.advance(INLINE_GAP_SECONDS)
+    monkeypatch.undo()
+    with pytest.raises(KeyError):
+        await pipe.put(LogItem.of_event(event("r1", 1, "x")))
+    with pytest.raises(KeyError):
+        await pipe.flush()
+    assert logged == [] and len(backend.started) == 1
 
 
 # --- the run's events through execute_run: one hand-over per read, checks kept -------------

@@ -20,7 +20,15 @@ from app.backends import (
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
 from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, wait_metric, wait_state
+from tests.app.helpers import (
+    SoonMemoryBackend,
+    collect_sse,
+    events_of,
+    start_run,
+    wait_metric,
+    wait_state,
+)
+from tests.support import eventually
 
 
 class FakeClock:
@@ -356,6 +364,28 @@ async def test_instrumented_append_batch_times_each_call_and_counts_its_errors()
     assert sample(m, "agent_gateway_backend_op_seconds_sum", **labels) == pytest.approx(0.009)
     assert sample(m, "agent_gateway_backend_op_seconds_bucket", le="0.0025", **labels) == 0
     assert sample(m, "agent_gateway_backend_op_seconds_bucket", le="0.005", **labels) == 3
+    assert sample(m, "agent_gateway_backend_op_errors_total", **labels) == 1
+
+
+async def test_instrumented_append_soon_is_timed_and_counted_as_append_batch() -> None:
+    """A write not waited for is the same operation: one latency per call, its error counted,
+    and its outcome handed on unchanged."""
+    m = GatewayMetrics(clock=_Ticking(0.003))
+    backend = InstrumentedBackend(SoonMemoryBackend(), m, "memory")
+    ref = ConversationRef("p", "c")
+    await backend.create_conversation(ref, ConversationMeta("s", 1.0, 1.0))
+    started = {"type": "run.started", "runId": "r1", "sessionId": "s", "eventId": "e"}
+    outcomes: list[tuple[Any, Any]] = []
+    for event in (started, {**started, "sessionId": "old"}):
+        assert backend.append_soon(
+            ref, [LogItem.of_event(event)], lambda e, x: outcomes.append((e, x))
+        )
+    await eventually(lambda: len(outcomes) == 2, what="both outcomes")
+    (entries, error), (none, failure) = outcomes
+    assert error is None and [e.event_type for e in entries] == ["run.started"]
+    assert none is None and isinstance(failure, KeyError)
+    labels = {"backend": "memory", "op": "append_batch"}
+    assert sample(m, "agent_gateway_backend_op_seconds_count", **labels) == 2
     assert sample(m, "agent_gateway_backend_op_errors_total", **labels) == 1
 
 

@@ -26,6 +26,7 @@ def test_app_surface() -> None:
 def test_backends_surface() -> None:
     assert set(app.backends.__all__) == {
         "EMPTY_CURSOR",
+        "AppendDone",
         "Backend",
         "ConversationMeta",
         "ConversationRef",

@@ -57,6 +57,12 @@ class FlakyLog:
         items, release, snapshot = close()
         return await self.append(keys, token, items, release=release, snapshot=snapshot)
 
+    def submit_append(
+        self, keys: ConversationKeys, token: str, close: Any, nonce: str, *, fresh: bool = False
+    ) -> asyncio.Future[list[str]]:
+        """The append as the script pipeline's call: its reply, a future (not awaited)."""
+        return asyncio.ensure_future(self.append_when_packed(keys, token, close, nonce))
+
     async def xrevrange(self, name: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
         if self.down:
             raise RedisConnectionError("Connection refused")
@@ -300,3 +306,61 @@ async def test_a_hanging_renewal_does_not_outlive_the_deadline() -> None:
         await asyncio.wait_for(lost.wait(), 1.5)
     finally:
         await keeper.stop()
+
+
+# --- append_soon: the same write, its outcome handed to a callback ---------------------------
+
+Outcome = tuple[list[str] | None, Exception | None]
+
+
+def _soon(writer: FencedWriter, item: Pending) -> asyncio.Future[Outcome]:
+    """``writer.append_soon([item])``; its outcome, as the callback got it."""
+    outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    writer.append_soon([item], None, lambda ids, error: outcome.set_result((ids, error)))
+    return outcome
+
+
+async def test_an_append_not_waited_for_lands_after_an_outage_once_and_in_order() -> None:
+    """The write fails on the connection, then is retried as ``append`` retries (once the log
+    is back), its reply lost once: written once, its ids to the callback; an append made
+    meanwhile waits behind it."""
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    assert writer.idle()
+    log.down = True
+    outcome = _soon(writer, _item(0))
+    assert not writer.idle()  # in flight: the next append waits behind it
+    after = asyncio.create_task(writer.append([_item(1)]))
+    await eventually(lambda: bool(writer._flushes), what="the failed send retried in a task")
+    log.lose_reply = True
+    log.down = False
+    assert await asyncio.wait_for(outcome, 5) == (["1-0"], None)
+    assert await asyncio.wait_for(after, 5) == ["2-0"]
+    assert [d for _, _, d in log.entries] == [_item(0).data, _item(1).data]
+    assert writer.idle()
+
+
+async def test_an_append_not_waited_for_past_the_deadline_hands_over_fenced() -> None:
+    log = FlakyLog()
+    deadline = time.monotonic() + 0.4
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: deadline)  # type: ignore[arg-type]
+    log.down = True
+    ids, error = await asyncio.wait_for(_soon(writer, _item(0)), 5)
+    assert ids is None and isinstance(error, Fenced)
+    assert not writer.idle()  # given up for good
+    log.down = False
+    with pytest.raises(Fenced):
+        await writer.append([_item(1)])
+    assert log.entries == []
+
+
+async def test_an_append_not_waited_for_takes_joiners_until_it_is_packed() -> None:
+    """Packed a loop turn later (as the script pipeline packs): an append made before that
+    joins its batch, one write, each caller its own ids."""
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    outcome = _soon(writer, _item(0))
+    joined = asyncio.create_task(writer.append([_item(1)]))
+    assert await asyncio.wait_for(outcome, 5) == (["1-0"], None)
+    assert await asyncio.wait_for(joined, 5) == ["2-0"]
+    assert log.calls == 1

@@ -12,13 +12,13 @@ from typing import Any
 
 import orjson
 
-from app.backends.redis.errors import RunFenced, unavailable
+from app.backends.redis.errors import RunFenced, unavailable, unavailable_error
 from app.backends.redis.eventlog import KIND_EVENT, KIND_EXTENSION, Entry, Fenced, Pending
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.state import ConversationState
 from app.backends.roles import EventAppender
-from app.backends.types import ConversationRef, LogEntry, LogItem
+from app.backends.types import AppendDone, ConversationRef, LogEntry, LogItem
 
 __all__ = ["RedisAppends"]
 
@@ -57,6 +57,15 @@ def _logged(
     return stored, made, positions
 
 
+def _fold(state: ConversationState, items: Sequence[LogItem]) -> None:
+    for item in items:
+        if item.event is not None:
+            # An event the runner checked (protocol.md §6) is not validated twice.
+            state.store.dispatch(item.event, validated=item.checked)
+        else:
+            state.extensions[item.key] = item.value
+
+
 class RedisAppends(EventAppender):
     def __init__(self, instance: RedisInstance) -> None:
         self._i = instance
@@ -75,12 +84,7 @@ class RedisAppends(EventAppender):
         pending = [_pending(item) for item in items]
 
         def fold(state: ConversationState) -> None:
-            for item in items:
-                if item.event is not None:
-                    # An event the runner checked (protocol.md §6) is not validated twice.
-                    state.store.dispatch(item.event, validated=item.checked)
-                else:
-                    state.extensions[item.key] = item.value
+            _fold(state, items)
 
         i = self._i
         keys = i.keys(ref)
@@ -104,6 +108,49 @@ class RedisAppends(EventAppender):
                 # Local subscribers get these frames, no XREAD.
                 reader.feed(prev, stored, positions, (inc, out))
             return out
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        """:meth:`append_batch` of a run this instance owns, not waited for, when its writer
+        is idle (else False, nothing done: the caller awaits ``append_batch``).
+
+        The runner goes back to its upstream, and the reply's callback does what the append's
+        caller did after its round trip (the stream id, the local subscribers' feed). At
+        C = 200 slow answers on Redis (one delta per append) this is the runner's wake-up
+        per delta, and the eight frames it resumed, gone."""
+        i = self._i
+        keys = i.keys(ref)
+        owned = i.owned.get(keys.tag)
+        if not items or owned is None or owned.fenced or owned.dirty or not owned.writer.idle():
+            return False
+        pending = [_pending(item) for item in items]
+        state = owned.state
+        _fold(state, items)
+        prev = state.stream_id
+        snap = owned.snapshot_due(len(pending), i.snapshot_every, i.log.max_len)
+        owned.appending += 1
+
+        def settled(ids: list[str] | None, error: Exception | None) -> None:
+            owned.appending -= 1
+            if ids is None:
+                assert error is not None
+                failure = owned.failed(error)
+                if failure is error:
+                    failure = unavailable_error(error)  # as ``unavailable()`` maps it
+                done(None, failure)
+                return
+            if ids:
+                state.stream_id = ids[-1]
+            if snap is not None and i.ttl_ms is not None:
+                i.spawn(i.touch_quietly(keys))
+            inc = state.inc
+            stored, out, positions = _logged(inc, ids, pending)
+            reader = i.hub.readers.get(keys.tag)
+            if reader is not None:
+                reader.feed(prev, stored, positions, (inc, out))
+            done(out, None)
+
+        owned.writer.append_soon(pending, snap, settled)
+        return True
 
     async def _free_append(
         self, keys: ConversationKeys, items: list[Pending], fold: Fold

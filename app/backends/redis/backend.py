@@ -51,6 +51,7 @@ from app.backends.redis.tasks import every, stop_task
 from app.backends.redis.webhook_outbox import RedisWebhookOutbox
 from app.backends.types import (
     AcceptedAnswer,
+    AppendDone,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -213,6 +214,9 @@ class RedisBackend(Backend):
         # The appender's own coroutine, not one wrapping it: a frame less for every append
         # of every run to pass through, twice.
         return self.appends.append_batch(ref, items)
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        return self.appends.append_soon(ref, items, done)
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.snapshots.snapshot(ref)

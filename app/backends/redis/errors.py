@@ -11,7 +11,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.api.errors import ApiError
 
-__all__ = ["RunFenced", "unavailable"]
+__all__ = ["RunFenced", "unavailable", "unavailable_error"]
 
 log = logging.getLogger("app.backends.redis")
 
@@ -37,15 +37,27 @@ class _Unavailable:
     ) -> None:
         if exc is None:  # the common case, on every read and append
             return
-        if isinstance(exc, (RedisError, OSError)):
-            if isinstance(exc, RedisError) and not isinstance(
-                exc, (RedisConnectionError, RedisTimeoutError)
-            ):
-                log.warning("redis error: %s", exc)
-            raise ApiError(503, "backend_unavailable", "The backend is unavailable.") from exc
+        if isinstance(exc, Exception):
+            mapped = unavailable_error(exc)
+            if mapped is not exc:
+                raise mapped from exc
 
 
 _UNAVAILABLE = _Unavailable()
+
+
+def unavailable_error(exc: Exception) -> Exception:
+    """What :func:`unavailable` raises for ``exc`` (``exc`` itself when it maps nothing), for
+    an error handed to a callback instead of raised."""
+    if isinstance(exc, (RedisError, OSError)):
+        if isinstance(exc, RedisError) and not isinstance(
+            exc, (RedisConnectionError, RedisTimeoutError)
+        ):
+            log.warning("redis error: %s", exc)
+        mapped = ApiError(503, "backend_unavailable", "The backend is unavailable.")
+        mapped.__cause__ = exc
+        return mapped
+    return exc
 
 
 def unavailable() -> _Unavailable:

@@ -224,17 +224,40 @@ class EventLog:
         ``fresh``: the first send of the batch ``nonce`` names (the script then does not look
         for it in the log; a resend by redis-py's path still does)."""
 
+        reply = self.submit_append(keys, token, close, nonce, fresh=fresh)
+        try:
+            res = await reply
+        except ResponseError as exc:
+            raise _fenced(exc, token) from None
+        return _ids(res)
+
+    def submit_append(
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: CloseBatch,
+        nonce: str,
+        *,
+        fresh: bool = False,
+    ) -> asyncio.Future[Any]:
+        """:meth:`append_when_packed`'s script call, not awaited: its reply, for
+        :meth:`appended_ids`."""
+
         def args() -> list[Any]:
             items, release, snapshot = close()
             return self._args(token, items, release, snapshot, nonce, fresh)
 
+        return self._append.call(_append_keys(keys), args, _looked_for)
+
+    @staticmethod
+    def appended_ids(reply: asyncio.Future[Any], token: str) -> list[str]:
+        """The stream ids of a settled :meth:`submit_append` (its error raised: ``Fenced`` for
+        a token that no longer owns the run; ``CancelledError`` for a call withdrawn)."""
         try:
-            res = await self._append.call(_append_keys(keys), args, _looked_for)
+            res = reply.result()
         except ResponseError as exc:
-            if "FENCED" in str(exc):
-                raise Fenced(token) from None
-            raise
-        return [x.decode() if type(x) is bytes else str(x) for x in res]
+            raise _fenced(exc, token) from None
+        return _ids(res)
 
     def _args(
         self,
@@ -309,6 +332,19 @@ class EventLog:
         """The newest stream id (``0-0`` for an empty or missing log)."""
         res = await self.redis.xrevrange(keys.log, count=1)
         return entries_from_reply(res)[0].id if res else ZERO_ID
+
+
+def _ids(res: Any) -> list[str]:
+    return [x.decode() if type(x) is bytes else str(x) for x in res]
+
+
+def _fenced(exc: ResponseError, token: str) -> Exception:
+    """The append script's error as the writer raises it (``FENCED``: :class:`Fenced`)."""
+    return Fenced(token) if "FENCED" in str(exc) else exc
+
+
+#: Told how an ``append_soon`` ended: ``(ids, None)`` or ``(None, error)``.
+Settled = Callable[[list[str] | None, Exception | None], None]
 
 
 async def _settled(outcome: asyncio.Future[list[str]]) -> None:
@@ -389,6 +425,79 @@ class FencedWriter:
             raise
         return ids[: len(items)]
 
+    def idle(self) -> bool:
+        """No batch is open or in flight, and the writer has not given up: an append now is
+        sent at once (:meth:`append_soon` may write it)."""
+        last = self._last
+        return self._queue is None and (last is None or last.done()) and not self._given_up
+
+    def append_soon(
+        self, items: Sequence[Pending], snapshot: SnapshotWrite | None, settled: Settled
+    ) -> None:
+        """:meth:`append` on an :meth:`idle` writer, not waited for: ``settled(ids, None)``
+        or ``settled(None, error)`` is called once, from a loop callback, with what
+        :meth:`append` would have returned or raised (a lost connection retried the same way,
+        in a task then). Appends made meanwhile join the batch or wait behind it as usual."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[str]] = loop.create_future()
+        batch = _Batch(list(items), False, snapshot, done)
+        self._last = done
+        if snapshot is None:
+            self._queue = batch
+        nonce = new_nonce()
+        reply = self._log.submit_append(
+            self._keys, self.token, functools.partial(self._close, batch), nonce, fresh=True
+        )
+        reply.add_done_callback(
+            functools.partial(self._soon_replied, batch, nonce, len(items), settled)
+        )
+
+    def _soon_replied(
+        self, batch: _Batch, nonce: str, n: int, settled: Settled, reply: asyncio.Future[Any]
+    ) -> None:
+        if self._queue is batch:  # failed before it was packed: nothing more joins it
+            self._queue = None
+        try:
+            ids = EventLog.appended_ids(reply, self.token)
+        except asyncio.CancelledError:  # withdrawn (the pipeline closed): it may have landed
+            self._soon_failed(batch, settled, RedisConnectionError("the append was withdrawn"))
+        except TRANSIENT as exc:
+            if self._deadline is None:
+                self._soon_failed(batch, settled, exc)
+                return
+            task = asyncio.get_running_loop().create_task(
+                self._soon_again(batch, nonce, n, settled, exc)
+            )
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        except Exception as exc:
+            self._soon_failed(batch, settled, exc)
+        else:
+            assert batch.done is not None
+            batch.done.set_result(ids)
+            settled(ids[:n], None)
+
+    async def _soon_again(
+        self, batch: _Batch, nonce: str, n: int, settled: Settled, failed: Exception
+    ) -> None:
+        """An :meth:`append_soon` whose send failed on the connection: retried as
+        :meth:`append` retries, in this task."""
+        try:
+            ids = await self._write(batch, nonce, failed)
+        except Exception as exc:
+            self._soon_failed(batch, settled, exc)
+            return
+        assert batch.done is not None
+        batch.done.set_result(ids)
+        settled(ids[:n], None)
+
+    @staticmethod
+    def _soon_failed(batch: _Batch, settled: Settled, error: Exception) -> None:
+        assert batch.done is not None
+        batch.done.set_exception(error)
+        batch.done.exception()  # retrieved here for the loop; the joiners get it too
+        settled(None, error)
+
     async def _write_in_turn(
         self, batch: _Batch, before: asyncio.Future[list[str]] | None
     ) -> list[str]:
@@ -434,14 +543,21 @@ class FencedWriter:
         with contextlib.suppress(Exception):  # the outcome is in ``batch.done``, for its joiners
             await self._write_in_turn(batch, before)
 
-    async def _write(self, batch: _Batch) -> list[str]:
+    async def _write(
+        self, batch: _Batch, nonce: str | None = None, failed: Exception | None = None
+    ) -> list[str]:
+        """Write ``batch``; ``failed``: its first send (``nonce``'s) failed so, to retry."""
         if self._given_up:
             raise Fenced(self.token)
         attempt = 0
-        nonce = new_nonce()  # one per batch, so every retry of it is recognised
+        if nonce is None:
+            nonce = new_nonce()  # one per batch, so every retry of it is recognised
         close = functools.partial(self._close, batch)
         while True:
             try:
+                if failed is not None:  # handled as this loop's own first attempt
+                    error, failed = failed, None
+                    raise error
                 if attempt and batch.sent and batch.items:
                     landed = await self._landed(batch.items)
                     if landed is not None:

@@ -12,7 +12,7 @@ from app.backends.base import RunControl
 from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import RunFenced
-from app.backends.redis.eventlog import Fenced, FencedWriter, Pending
+from app.backends.redis.eventlog import Fenced, FencedWriter, Pending, SnapshotWrite
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.state import ConversationState
@@ -68,10 +68,8 @@ class OwnedRun:
             log.warning("run %s: this instance lost ownership", self.token.run_id)
             self.control.abort("shutdown")
 
-    async def append(
-        self, items: list[Pending], snapshot_every: int, retained: int
-    ) -> tuple[list[str], bool]:
-        """Append items already reduced into ``state``, in one write; (their ids, snapshotted).
+    def snapshot_due(self, n: int, snapshot_every: int, retained: int) -> SnapshotWrite | None:
+        """The state's snapshot to write with the next append of ``n`` items, if one is due.
 
         A snapshot costs the whole state (a long answer's text), so one per ``snapshot_every``
         events would make a long run quadratic: the state is snapshotted with a batch once
@@ -79,21 +77,36 @@ class OwnedRun:
         passed, or at once when half the log's retention (``retained``) is reached, so a
         snapshot plus the retained log always rebuilds the state.
         """
-        snap = None
-        self.since_snapshot += len(items)
-        now = time.monotonic()
-        if self.since_snapshot >= max(1, retained // 2) or (
-            self.since_snapshot >= snapshot_every and now - self.snapshot_at >= SNAPSHOT_SECONDS
+        self.since_snapshot += n
+        if self.since_snapshot < max(1, retained // 2) and (
+            self.since_snapshot < snapshot_every
+            or time.monotonic() - self.snapshot_at < SNAPSHOT_SECONDS
         ):
-            self.since_snapshot = 0
-            self.snapshot_at = now
-            snap = self.state.snapshot_write()
+            return None
+        self.since_snapshot = 0
+        self.snapshot_at = time.monotonic()
+        return self.state.snapshot_write()
+
+    def failed(self, error: Exception) -> Exception:
+        """What an append's ``error`` means to the run: fenced (another instance owns it) is
+        :class:`RunFenced`; anything else leaves the state possibly ahead of the log."""
+        if isinstance(error, Fenced):
+            self.fence()
+            return RunFenced(self.token.run_id)
+        self.dirty = True
+        return error
+
+    async def append(
+        self, items: list[Pending], snapshot_every: int, retained: int
+    ) -> tuple[list[str], bool]:
+        """Append items already reduced into ``state``, in one write; (their ids, snapshotted).
+        The snapshot goes with it when :meth:`snapshot_due`."""
+        snap = self.snapshot_due(len(items), snapshot_every, retained)
         self.appending += 1
         try:
             ids = await self.writer.append(items, snapshot=snap)
-        except Fenced:
-            self.fence()
-            raise RunFenced(self.token.run_id) from None
+        except Fenced as exc:
+            raise self.failed(exc) from None
         except BaseException:
             # The state may be ahead of the log now (or not, if the append landed).
             self.dirty = True

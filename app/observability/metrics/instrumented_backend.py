@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from app.backends.base import Backend
 from app.backends.types import (
     AcceptedAnswer,
+    AppendDone,
     ConversationMeta,
     ConversationRef,
     IdempotencyRecord,
@@ -159,6 +160,24 @@ class InstrumentedBackend(Backend):
             raise
         finally:
             children[1].observe(clock() - start)
+
+    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
+        children = self._append_children
+        if children is None:
+            errors, latency = self._children("append_batch", True)
+            assert latency is not None  # timed
+            children = self._append_children = (errors, latency)
+        clock = self._metrics.clock
+        start = clock()
+
+        def timed(entries: list[LogEntry] | None, error: Exception | None) -> None:
+            # Counted as ``append_batch``: the same write, not waited for.
+            if error is not None:
+                children[0].inc()
+            children[1].observe(clock() - start)
+            done(entries, error)
+
+        return self._inner.append_soon(ref, items, timed)
 
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self._call("snapshot", self._inner.snapshot(ref))
