@@ -349,10 +349,13 @@ class SoonBackend(MemoryBackend):
         self.in_flight: list[tuple[list[LogItem], AppendDone]] = []
         self.busy = False
         self.fail: Exception | None = None
+        self.fail_to_start: Exception | None = None
 
     def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
         if self.busy:
             return False
+        if self.fail_to_start is not None:
+            raise self.fail_to_start
         self.started.append(list(items))
         self.in_flight.append((list(items), done))
         return True
@@ -464,6 +467,56 @@ async def test_reads_that_come_while_such_a_write_is_in_flight_are_written_from_
     await pipe.flush()
     assert backend.awaited == [1]
     assert [e.decoded()["sequence"] for e in logged] == [0, 1, 2, 3, 4]
+
+
+async def test_such_a_write_that_fails_to_start_is_reported_as_a_failed_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Raised by ``append_soon`` itself, inline or from a reply: the pipe's error (at the next
+    put and by flush), nothing left counted in flight (flush and close do not hang)."""
+    backend, pipe, logged = await _soon_pipe()
+    clock = loop_clock(monkeypatch)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    clock.advance(INLINE_GAP_SECONDS * 2)
+    await pipe.put(LogItem.of_event(event("r1", 1, "x")))  # queued behind the first
+    backend.fail_to_start = TypeError("not JSON serializable")
+    await backend.reply()  # the first lands; starting the second fails
+    monkeypatch.undo()
+    with pytest.raises(TypeError):
+        await pipe.put(LogItem.of_event(event("r1", 2, "x")))
+    with pytest.raises(TypeError):
+        await asyncio.wait_for(pipe.flush(), 5)
+    await asyncio.wait_for(pipe.close(), 5)
+    assert [e.decoded()["sequence"] for e in logged] == [0]
+    backend2, pipe2, _ = await _soon_pipe()
+    backend2.fail_to_start = TypeError("not JSON serializable")
+    await pipe2.put(LogItem.of_event(event("r1", 0, "run.started")))  # inline: reported later
+    with pytest.raises(TypeError):
+        await asyncio.wait_for(pipe2.flush(), 5)
+
+
+async def test_a_fast_streams_reads_queued_behind_such_a_write_go_to_the_drain_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More than ``INLINE_MAX_ITEMS`` queued behind a write not waited for: a fast stream's.
+    Its reply hands them to the drain task, which gives the producer a loop turn before the
+    write (larger batches), instead of writing them from the reply at once."""
+    backend, pipe, logged = await _soon_pipe()
+    clock = loop_clock(monkeypatch)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    clock.advance(INLINE_GAP_SECONDS * 2)
+    monkeypatch.undo()
+    reads = [
+        [LogItem.of_event(event("r1", seq, "x")) for seq in range(first, first + 10)]
+        for first in (1, 11)
+    ]
+    for read in reads:
+        await pipe.put_all(read)
+    await backend.reply()
+    await pipe.flush()
+    assert _seqs(backend.started) == [[0]]  # nothing more started without waiting
+    assert backend.awaited == [20]  # one drain write
+    assert [e.decoded()["sequence"] for e in logged] == list(range(21))
 
 
 async def test_reads_queued_behind_such_a_write_that_fails_are_not_written(

@@ -138,15 +138,19 @@ class RedisAppends(EventAppender):
                     failure = unavailable_error(error)  # as ``unavailable()`` maps it
                 done(None, failure)
                 return
-            if ids:
-                state.stream_id = ids[-1]
-            if snap is not None and i.ttl_ms is not None:
-                i.spawn(i.touch_quietly(keys))
-            inc = state.inc
-            stored, out, positions = _logged(inc, ids, pending)
-            reader = i.hub.readers.get(keys.tag)
-            if reader is not None:
-                reader.feed(prev, stored, positions, (inc, out))
+            try:
+                if ids:
+                    state.stream_id = ids[-1]
+                if snap is not None and i.ttl_ms is not None:
+                    i.spawn(i.touch_quietly(keys))
+                inc = state.inc
+                stored, out, positions = _logged(inc, ids, pending)
+                reader = i.hub.readers.get(keys.tag)
+                if reader is not None:
+                    reader.feed(prev, stored, positions, (inc, out))
+            except Exception as exc:  # told, as append_batch would raise it: never left waiting
+                done(None, exc)
+                return
             done(out, None)
 
         owned.writer.append_soon(pending, snap, settled)
