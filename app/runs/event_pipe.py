@@ -101,7 +101,9 @@ class EventPipe:
         else:
             inline = False
         if inline:
-            started = self._start_soon(items)
+            # Only a backend whose appends wait for a round trip starts one without waiting:
+            # memory's are done before they return, and are not asked.
+            started = self._start_soon(items) if self._waits else False
             if started is not False:
                 # Started, not waited for (Redis, the writer idle): the reply's callback logs
                 # it. The gap counts from now, the runner did not wait for the round trip
