@@ -226,10 +226,10 @@ class EventLog:
 
         reply = self.submit_append(keys, token, close, nonce, fresh=fresh)
         try:
-            res = await reply
-        except ResponseError as exc:
-            raise _fenced(exc, token) from None
-        return _ids(res)
+            await reply
+        except ResponseError:
+            pass  # raised by appended_ids, as the writer raises it
+        return self.appended_ids(reply, token)
 
     def submit_append(
         self,
