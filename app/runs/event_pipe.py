@@ -168,9 +168,12 @@ class EventPipe:
         stream's writes stay off the runner (a third of them went through the drain task at
         C = 200 on Redis)."""
         self._soon -= 1
-        if entries is not None:
-            self._on_logged(entries)
-        elif self.error is None:
+        try:
+            if entries is not None:
+                self._on_logged(entries)
+        except Exception as exc:  # as from the drain task: reported, nothing left hanging
+            error = exc
+        if error is not None and self.error is None:
             self.error = error  # raised at the next put, like a failed drain
         if self._items and self._task is None:
             if self.error is not None:

@@ -495,6 +495,21 @@ async def test_such_a_write_that_fails_to_start_is_reported_as_a_failed_write(
         await asyncio.wait_for(pipe2.flush(), 5)
 
 
+async def test_an_on_logged_that_raises_from_such_a_reply_is_the_pipes_error() -> None:
+    backend = SoonBackend()
+    await backend.create_conversation(REF, meta())
+
+    def on_logged(entries: list[LogEntry]) -> None:
+        raise RuntimeError("the run's hook failed")
+
+    pipe = EventPipe(backend, REF, on_logged)
+    await pipe.put(LogItem.of_event(event("r1", 0, "run.started")))
+    await backend.reply()
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(pipe.flush(), 5)
+    await asyncio.wait_for(pipe.close(), 5)
+
+
 async def test_a_fast_streams_reads_queued_behind_such_a_write_go_to_the_drain_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
