@@ -364,3 +364,15 @@ async def test_an_append_not_waited_for_takes_joiners_until_it_is_packed() -> No
     assert await asyncio.wait_for(outcome, 5) == (["1-0"], None)
     assert await asyncio.wait_for(joined, 5) == ["2-0"]
     assert log.calls == 1
+
+
+async def test_an_append_not_waited_for_whose_retry_is_cancelled_tells_its_caller() -> None:
+    log = FlakyLog()
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    log.down = True
+    outcome = _soon(writer, _item(0))
+    await eventually(lambda: bool(writer._flushes), what="the failed send retried in a task")
+    for task in list(writer._flushes):
+        task.cancel()
+    ids, error = await asyncio.wait_for(outcome, 5)
+    assert ids is None and isinstance(error, RedisConnectionError)

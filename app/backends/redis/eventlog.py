@@ -484,6 +484,10 @@ class FencedWriter:
         :meth:`append` retries, in this task."""
         try:
             ids = await self._write(batch, nonce, failed)
+        except asyncio.CancelledError:  # its caller is told, never left waiting
+            error = RedisConnectionError("the append's retry was cancelled")
+            self._soon_failed(batch, settled, error)
+            raise
         except Exception as exc:
             self._soon_failed(batch, settled, exc)
             return
