@@ -99,15 +99,28 @@ class RedisAppends(EventAppender):
             fold(owned.state)
             prev = owned.state.stream_id
             ids, snapshotted = await owned.append(pending, i.snapshot_every, i.log.max_len)
-            if snapshotted and i.ttl_ms is not None:
-                i.spawn(i.touch_quietly(keys))
-            inc = owned.state.inc
-            stored, out, positions = _logged(inc, ids, pending)
-            reader = i.hub.readers.get(keys.tag)
-            if reader is not None:
-                # Local subscribers get these frames, no XREAD.
-                reader.feed(prev, stored, positions, (inc, out))
-            return out
+            return self._landed(keys, owned.state, prev, ids, pending, snapshotted)
+
+    def _landed(
+        self,
+        keys: ConversationKeys,
+        state: ConversationState,
+        prev: str,
+        ids: list[str],
+        pending: list[Pending],
+        snapshotted: bool,
+    ) -> list[LogEntry]:
+        """An owner's append landed after ``prev``: its entries, handed to the local
+        subscribers (no ``XREAD``); a snapshot written with it renews the keys' TTL."""
+        i = self._i
+        if snapshotted and i.ttl_ms is not None:
+            i.spawn(i.touch_quietly(keys))
+        inc = state.inc
+        stored, out, positions = _logged(inc, ids, pending)
+        reader = i.hub.readers.get(keys.tag)
+        if reader is not None:
+            reader.feed(prev, stored, positions, (inc, out))
+        return out
 
     def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
         """:meth:`append_batch` of a run this instance owns, not waited for, when its writer
@@ -141,13 +154,7 @@ class RedisAppends(EventAppender):
             try:
                 if ids:
                     state.stream_id = ids[-1]
-                if snap is not None and i.ttl_ms is not None:
-                    i.spawn(i.touch_quietly(keys))
-                inc = state.inc
-                stored, out, positions = _logged(inc, ids, pending)
-                reader = i.hub.readers.get(keys.tag)
-                if reader is not None:
-                    reader.feed(prev, stored, positions, (inc, out))
+                out = self._landed(keys, state, prev, ids, pending, snap is not None)
             except Exception as exc:  # told, as append_batch would raise it: never left waiting
                 done(None, exc)
                 return

@@ -473,9 +473,7 @@ class FencedWriter:
         except Exception as exc:
             self._soon_failed(batch, settled, exc)
         else:
-            assert batch.done is not None
-            batch.done.set_result(ids)
-            settled(ids[:n], None)
+            self._soon_landed(batch, settled, ids, n)
 
     async def _soon_again(
         self, batch: _Batch, nonce: str, n: int, settled: Settled, failed: Exception
@@ -491,6 +489,11 @@ class FencedWriter:
         except Exception as exc:
             self._soon_failed(batch, settled, exc)
             return
+        self._soon_landed(batch, settled, ids, n)
+
+    @staticmethod
+    def _soon_landed(batch: _Batch, settled: Settled, ids: list[str], n: int) -> None:
+        """The batch's ids to its joiners, and the opener's first ``n`` to ``settled``."""
         assert batch.done is not None
         batch.done.set_result(ids)
         settled(ids[:n], None)
