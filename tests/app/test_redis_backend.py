@@ -598,6 +598,29 @@ async def test_followers_of_a_conversation_its_owner_creates_read_with_no_lookup
     assert [e.cursor for e in from_other.entries] == [entry.cursor]
 
 
+async def test_a_read_of_a_conversation_not_created_yet_looks_it_up_once(
+    one: RedisBackend,
+) -> None:
+    """A follower that finds no conversation asks Redis once per read (it asked twice: the
+    answer it had just looked up was looked up again), and a later read looks again."""
+    backend = one
+    ref = ConversationRef("alice", "not-yet")
+    lookups: list[None] = []
+    lookup = backend.reads._lookup
+
+    async def counted(*args: Any) -> str | None:
+        lookups.append(None)
+        return await lookup(*args)
+
+    backend.reads._lookup = counted  # type: ignore[method-assign]
+    result = await backend.read(ref, EMPTY_CURSOR, limit=10, wait=0)
+    assert (result.status, result.entries, len(lookups)) == ("ok", [], 1)
+    await backend.create_conversation(ref, meta())
+    entry = await backend.append_event(ref, event("run_a", 0, "run.started"))
+    result = await backend.read(ref, EMPTY_CURSOR, limit=10, wait=0)
+    assert [e.cursor for e in result.entries] == [entry.cursor]
+
+
 @pytest.fixture
 async def one() -> AsyncIterator[RedisBackend]:
     prefix = unique_prefix()

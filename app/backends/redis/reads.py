@@ -118,10 +118,13 @@ class RedisReads(EventReader):
         if parsed is None:
             return ReadResult("unknown")
         want_inc, sid = parsed
-        inc = reader.inc if reader.inc_known else await self._incarnation(reader, keys)
-        if inc is None:  # not created as far as we know: it may have been since
+        if not reader.inc_known:
+            inc = await self._incarnation(reader, keys)
+        elif reader.inc is None:  # known as not created: it may have been since
             reader.inc_known = False
             inc = await self._incarnation(reader, keys)
+        else:
+            inc = reader.inc
         if want_inc is not None and want_inc != inc:
             reader.inc_known = False  # maybe re-created since: look again
             inc = await self._incarnation(reader, keys, fresh=True)
