@@ -63,6 +63,23 @@ class FlakyLog:
         """The append as the script pipeline's call: its reply, a future (not awaited)."""
         return asyncio.ensure_future(self.append_when_packed(keys, token, close, nonce))
 
+    def submit_append_then(
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: Any,
+        nonce: str,
+        then: Any,
+        *,
+        fresh: bool = False,
+    ) -> None:
+        """The pipeline's ``call_then``: the raw reply (ids, or the error object) to ``then``."""
+
+        def told(reply: asyncio.Future[list[str]]) -> None:
+            then(reply.exception() or reply.result())
+
+        self.submit_append(keys, token, close, nonce).add_done_callback(told)
+
     async def xrevrange(self, name: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
         if self.down:
             raise RedisConnectionError("Connection refused")

@@ -340,3 +340,55 @@ async def test_one_event_appends_do_not_look_for_their_batch_in_the_log() -> Non
         finally:
             await client.aclose()
             await plain.aclose()
+
+
+async def test_a_call_not_awaited_hands_its_raw_reply_to_its_callback_from_the_read(
+    prefix: str,
+) -> None:
+    """``call_then``: each call's reply (or error object) reaches its callback once, in the
+    order sent, while the pipeline settles the round trip (no loop turn in between); a
+    callback that raises does not keep the others from theirs; a call made in a callback
+    goes out at once; calls pending when the pipeline closes are told ``CancelledError``."""
+    client = redis_client(SHARED_REDIS_URL)
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        script = client.register_script(
+            "if ARGV[1] == 'bad' then return redis.error_reply('FENCED') end return ARGV[1]"
+        )
+        pipeline = ScriptPipeline(client, script)
+        assert await pipeline.call([f"{prefix}:k"], ["warm"]) == b"warm"  # connected, loaded
+        told: list[Any] = []
+        settled = asyncio.Event()
+
+        def boom(reply: Any) -> None:
+            told.append(reply)
+            raise RuntimeError("a failing callback")
+
+        def again(reply: Any) -> None:
+            told.append(reply)
+            pipeline.call_then([f"{prefix}:k"], ["next"], None, last)
+
+        def last(reply: Any) -> None:
+            told.append(reply)
+            settled.set()
+
+        before = pipeline.round_trips
+        pipeline.call_then([f"{prefix}:k"], ["a"], None, told.append)
+        pipeline.call_then([f"{prefix}:k"], ["bad"], None, told.append)
+        pipeline.call_then([f"{prefix}:k"], ["b"], None, boom)
+        pipeline.call_then([f"{prefix}:k"], ["c"], None, again)
+        await asyncio.wait_for(settled.wait(), 5)
+        assert told[0] == b"a"
+        assert isinstance(told[1], Exception) and "FENCED" in str(told[1])
+        assert told[2:] == [b"b", b"c", b"next"]
+        assert pipeline.round_trips - before == 2  # the four together, then the callback's
+        assert [str(e.get("exception")) for e in errors] == ["a failing callback"]
+        pending: list[Any] = []
+        pipeline.call_then([f"{prefix}:k"], ["never sent"], None, pending.append)
+        await pipeline.aclose()
+        assert len(pending) == 1 and isinstance(pending[0], asyncio.CancelledError)
+    finally:
+        loop.set_exception_handler(None)
+        await client.aclose()

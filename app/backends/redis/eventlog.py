@@ -249,6 +249,25 @@ class EventLog:
 
         return self._append.call(_append_keys(keys), args, _looked_for)
 
+    def submit_append_then(
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: CloseBatch,
+        nonce: str,
+        then: Callable[[Any], None],
+        *,
+        fresh: bool = False,
+    ) -> None:
+        """:meth:`submit_append` with its raw reply handed to ``then`` when it is read (the
+        reply, or the error as an exception object), for :meth:`ids_of`."""
+
+        def args() -> list[Any]:
+            items, release, snapshot = close()
+            return self._args(token, items, release, snapshot, nonce, fresh)
+
+        self._append.call_then(_append_keys(keys), args, _looked_for, then)
+
     @staticmethod
     def appended_ids(reply: asyncio.Future[Any], token: str) -> list[str]:
         """The stream ids of a settled :meth:`submit_append` (its error raised: ``Fenced`` for
@@ -258,6 +277,15 @@ class EventLog:
         except ResponseError as exc:
             raise _fenced(exc, token) from None
         return _ids(res)
+
+    @staticmethod
+    def ids_of(reply: Any, token: str) -> list[str]:
+        """:meth:`appended_ids` of a raw reply of :meth:`submit_append_then`."""
+        if isinstance(reply, BaseException):
+            if isinstance(reply, ResponseError):
+                raise _fenced(reply, token) from None
+            raise reply
+        return _ids(reply)
 
     def _args(
         self,
@@ -435,7 +463,7 @@ class FencedWriter:
         self, items: Sequence[Pending], snapshot: SnapshotWrite | None, settled: Settled
     ) -> None:
         """:meth:`append` on an :meth:`idle` writer, not waited for: ``settled(ids, None)``
-        or ``settled(None, error)`` is called once, from a loop callback, with what
+        or ``settled(None, error)`` is called once, as its reply is read, with what
         :meth:`append` would have returned or raised (a lost connection retried the same way,
         in a task then). Appends made meanwhile join the batch or wait behind it as usual."""
         loop = asyncio.get_running_loop()
@@ -445,20 +473,22 @@ class FencedWriter:
         if snapshot is None:
             self._queue = batch
         nonce = new_nonce()
-        reply = self._log.submit_append(
-            self._keys, self.token, functools.partial(self._close, batch), nonce, fresh=True
-        )
-        reply.add_done_callback(
-            functools.partial(self._soon_replied, batch, nonce, len(items), settled)
+        self._log.submit_append_then(
+            self._keys,
+            self.token,
+            functools.partial(self._close, batch),
+            nonce,
+            functools.partial(self._soon_replied, batch, nonce, len(items), settled),
+            fresh=True,
         )
 
     def _soon_replied(
-        self, batch: _Batch, nonce: str, n: int, settled: Settled, reply: asyncio.Future[Any]
+        self, batch: _Batch, nonce: str, n: int, settled: Settled, reply: Any
     ) -> None:
         if self._queue is batch:  # failed before it was packed: nothing more joins it
             self._queue = None
         try:
-            ids = EventLog.appended_ids(reply, self.token)
+            ids = EventLog.ids_of(reply, self.token)
         except asyncio.CancelledError:  # withdrawn (the pipeline closed): it may have landed
             self._soon_failed(batch, settled, RedisConnectionError("the append was withdrawn"))
         except TRANSIENT as exc:

@@ -53,14 +53,21 @@ PackArgs = Callable[[Args], list[bytes]]
 HEADS_LIMIT = 4096
 
 
+#: What :meth:`ScriptPipeline.call_then` calls with a call's reply: the reply, or the error
+#: (an exception object: the script's, the round trip's, ``CancelledError`` when withdrawn).
+Then = Callable[[Any], None]
+
+
 @dataclass(slots=True)
 class _Call:
     keys: Sequence[str | bytes]
     #: The arguments, or what builds them when the call is packed (called once).
     args: Args | Callable[[], Args]
-    done: asyncio.Future[Any]
+    #: Settled with the reply (:meth:`ScriptPipeline.call`); None: ``then`` is told instead.
+    done: asyncio.Future[Any] | None
     #: The arguments of a send that may repeat an earlier one, made from ``args``.
     again: Callable[[Args], Args] | None = None
+    then: Then | None = None
 
     def packed_args(self, again: bool = False) -> Args:
         args = self.args
@@ -73,12 +80,36 @@ class _Call:
 
 def _answer(call: _Call, reply: Any) -> None:
     """Settle ``call`` with its reply, or its error (a reply that is an exception: FENCED)."""
-    if call.done.done():  # its caller gave up
+    done = call.done
+    if done is None:
+        then, call.then = call.then, None  # told once
+        if then is not None:
+            try:
+                then(reply)
+            except Exception as exc:  # as a future's callback that raised: reported, no more
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "a script pipeline reply callback failed", "exception": exc}
+                )
+        return
+    if done.done():  # its caller gave up
         return
     if isinstance(reply, Exception):
-        call.done.set_exception(reply)
+        done.set_exception(reply)
     else:
-        call.done.set_result(reply)
+        done.set_result(reply)
+
+
+def _withdraw(call: _Call) -> None:
+    """``call`` will not be answered (the pipeline closed, its send was cancelled)."""
+    if call.done is not None:
+        call.done.cancel()
+    else:
+        _answer(call, asyncio.CancelledError())
+
+
+def _live(call: _Call) -> bool:
+    """Still wanted: not a call whose caller cancelled it before it was sent."""
+    return call.done is None or not call.done.done()
 
 
 def _fail(calls: list[_Call], error: Exception) -> None:
@@ -133,13 +164,28 @@ class ScriptPipeline:
         send through redis-py's path (a resend after a loss, whose first send may have run;
         the first connect, which redis-py may retry) from ``args``. A future, not a
         coroutine: one frame less for every append of every run to pass through, twice."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(keys, args, done, again))
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._submit(_Call(keys, args, done, again))
+        return done
+
+    def call_then(
+        self,
+        keys: Sequence[str | bytes],
+        args: Args | Callable[[], Args],
+        again: Callable[[Args], Args] | None,
+        then: Then,
+    ) -> None:
+        """:meth:`call` for a caller that does not await: ``then(reply or error)`` is called
+        once, from the reply's read (no future, no loop callback in between; the pipeline
+        closed: ``CancelledError()``). At one call per delta of every slow answer, those were
+        a future, its done-callback and a loop turn per delta."""
+        self._submit(_Call(keys, args, None, again, then))
+
+    def _submit(self, call: _Call) -> None:
+        self._pending.append(call)
         if self._batch is None and self._slow is None and self._flush_soon is None:
             # After this loop turn: the calls made in it go together.
-            self._flush_soon = loop.call_soon(self._flush)
-        return done
+            self._flush_soon = asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_soon = None
@@ -176,7 +222,7 @@ class ScriptPipeline:
             batch = self._pending[: self._max]
             del self._pending[: self._max]
             # A caller cancelled before its call was sent: nothing of it is written.
-            live = [c for c in batch if not c.done.done()]
+            live = [c for c in batch if _live(c)]
             if live:
                 return live
         return []
@@ -282,7 +328,7 @@ class ScriptPipeline:
                     replies[i] = reply
         except asyncio.CancelledError:
             for c in calls:
-                c.done.cancel()
+                _withdraw(c)
             raise
         except Exception as exc:
             _fail(calls, exc)
@@ -363,7 +409,7 @@ class ScriptPipeline:
         wire, self._wire = self._wire, None
         batch, self._batch = self._batch, None
         for c in [*(batch or ()), *self._pending]:
-            c.done.cancel()
+            _withdraw(c)
         self._pending.clear()
         conn, self._conn = self._conn, None
         if conn is None:
