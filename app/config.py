@@ -53,6 +53,9 @@ class GatewaySection(_Section):
     default_provider: str = DEMO_PROVIDER
     multitask: Multitask = "reject"
     enqueue_max: int = Field(8, ge=0)
+    #: Run starts in progress at once per instance (accepted, ``run.started`` not yet logged);
+    #: more wait their turn (see ``app/runs/start_slots.py``).
+    max_concurrent_starts: int = Field(16, ge=1)
     heartbeat_seconds: float = Field(15, gt=0)
     send_timeout_seconds: float = Field(30, gt=0)
     event_log_max_len: int = Field(10000, ge=1)

@@ -27,6 +27,7 @@ from app.runs.catalog import ProviderCatalog
 from app.runs.event_pipe import EventPipe
 from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from app.runs.retry import until_available
+from app.runs.start_slots import Started
 from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason, QueuedCancelReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
@@ -57,7 +58,7 @@ class RunRequest:
     emit_user_message: bool = True
     #: Set once the run's ``run.started`` is in the log (and state), or the run is over or
     #: dropped before it started (:meth:`finish`).
-    started: asyncio.Event = field(default_factory=asyncio.Event)
+    started: Started = field(default_factory=Started)
     #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
     #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
     cancelled: QueuedCancelReason | None = None

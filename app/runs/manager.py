@@ -32,8 +32,9 @@ from app.config import Settings
 from app.ids import new_run_id, new_session_id
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
-from app.runs.execute import ActiveRun, RunRequest, execute_run, title_of
+from app.runs.execute import START_WAIT_SECONDS, ActiveRun, RunRequest, execute_run, title_of
 from app.runs.limits import GatewayLimits, check_json_size
+from app.runs.start_slots import StartSlots
 
 __all__ = ["AnswerOf", "RunManager", "Submission"]
 
@@ -94,6 +95,9 @@ class RunManager:
         self.limits = GatewayLimits(settings.limits, backend.limit_store())
         #: [archive]: a conversation the live backend forgot is restored from it to continue.
         self.archive: Archive | None = None
+        #: Starts in progress at once (gateway.max_concurrent_starts): a start storm is worked
+        #: through in turn, not interleaved with the deltas of the answers already streaming.
+        self.start_slots = StartSlots(settings.gateway.max_concurrent_starts)
         backend.on_adopted_runs(self._adopt)
 
     # --- queries -------------------------------------------------------------------------
@@ -141,6 +145,27 @@ class RunManager:
         policy = multitask or self.settings.gateway.multitask
         if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
             check_json_size(input, self.settings.limits.max_input_bytes, "input")
+        starts = self.start_slots
+        await starts.acquire()
+        try:
+            submission = await self._accept(ref, input, provider, policy, answer_of)
+        except BaseException:
+            starts.release()
+            raise
+        if submission.body["status"] == "started":  # its slot until its run.started is logged
+            starts.release_when(submission.request.started, START_WAIT_SECONDS)
+        else:
+            starts.release()
+        return submission
+
+    async def _accept(
+        self,
+        ref: ConversationRef,
+        input: dict[str, Any] | None,
+        provider: str | None,
+        policy: Multitask,
+        answer_of: AnswerOf | None,
+    ) -> Submission:
         # 429 rate_limited; counted now (atomically), given back if the run is refused.
         ticket = await self.limits.take_run(ref.principal)
         slot = self._slots.setdefault(ref, _Slot())

@@ -1,0 +1,174 @@
+"""Run starts in progress at once (``gateway.max_concurrent_starts``): the slots alone, then
+concurrent starts over real connections on both backends (two instances on Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from app.runs.start_slots import Started, StartSlots
+from providers.context import RunContext
+from tests.app.concurrency_support import CountingProvider, Gateways, gateways
+from tests.app.gateway_server import RunningGateway, make_settings
+from tests.app.helpers import wait_state
+from tests.support import eventually
+
+__all__ = ["gateways"]
+
+
+async def _waiting(slots: StartSlots, name: str, order: list[str]) -> None:
+    await slots.acquire()
+    order.append(name)
+
+
+async def test_the_limit_is_admitted_at_once_and_the_rest_in_arrival_order() -> None:
+    slots = StartSlots(2)
+    await slots.acquire()
+    await slots.acquire()
+    order: list[str] = []
+    tasks = [asyncio.create_task(_waiting(slots, name, order)) for name in "abc"]
+    await eventually(lambda: slots.waiting == 3, what="three waiting")
+    assert order == [] and slots.held == 2
+    for expected in (["a"], ["a", "b"], ["a", "b", "c"]):
+        slots.release()  # handed over: as many held as before
+        await eventually(lambda expected=expected: order == expected, what=str(expected))
+        assert slots.held == 2
+    await asyncio.gather(*tasks)
+    slots.release()
+    slots.release()
+    assert (slots.held, slots.waiting) == (0, 0)
+    await slots.acquire()  # free again: no wait
+    assert slots.held == 1
+
+
+async def test_a_waiter_that_gives_up_leaves_no_hole_and_one_handed_a_slot_passes_it_on() -> None:
+    slots = StartSlots(1)
+    await slots.acquire()
+    order: list[str] = []
+    gives_up = asyncio.create_task(_waiting(slots, "gives up", order))
+    handed = asyncio.create_task(_waiting(slots, "handed, then cancelled", order))
+    last = asyncio.create_task(_waiting(slots, "last", order))
+    await eventually(lambda: slots.waiting == 3, what="three waiting")
+    gives_up.cancel()
+    slots.release()  # to the next one still waiting: ``handed``
+    handed.cancel()  # before it resumed: the slot goes on to ``last``
+    await asyncio.wait_for(last, 5)
+    assert gives_up.cancelled() and handed.cancelled()
+    assert order == ["last"] and (slots.held, slots.waiting) == (1, 0)
+    slots.release()
+    assert slots.held == 0
+
+
+async def test_a_start_gives_its_slot_back_once_started_or_after_the_bound() -> None:
+    slots = StartSlots(2)
+    await slots.acquire()
+    await slots.acquire()
+    started, never = Started(), Started()
+    slots.release_when(started, 60)
+    slots.release_when(never, 0.05)
+    assert slots.held == 2
+    started.set()
+    assert slots.held == 1  # at once, from set()
+    await eventually(lambda: slots.held == 0, what="the bound's release")
+    never.set()  # later: nothing more is released
+    assert slots.held == 0
+    done = Started()
+    done.set()
+    await slots.acquire()
+    slots.release_when(done, 60)  # already started: released now
+    assert slots.held == 0
+
+
+class HeldUpstream(CountingProvider):
+    """Each run is noted as it reaches its upstream (after its ``run.started``), then held
+    there until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> Any:
+        request = await super().prepare_request(input, ctx)
+        await self.release.wait()
+        return request
+
+
+class PeakSlots(StartSlots):
+    """The slots, noting the most held at once and every acquisition."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.peak = 0
+        self.acquired = 0
+
+    async def acquire(self) -> None:
+        await super().acquire()
+        self.acquired += 1
+        self.peak = max(self.peak, self.held)
+
+
+@contextlib.asynccontextmanager
+async def _clients(instances: list[RunningGateway]) -> AsyncIterator[list[httpx.AsyncClient]]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(gw.client()) for gw in instances]
+
+
+async def _starts(gateways: Gateways, limit: int, n: int) -> tuple[list[PeakSlots], HeldUpstream]:
+    """``n`` runs started at once over real connections (spread over the instances) on
+    gateways allowing ``limit`` starts at a time. Each run holds in its upstream request,
+    after its ``run.started``, until the provider is released: only a slot given back at
+    ``run.started`` (not at the run's end) lets every run start."""
+    provider = HeldUpstream()
+    settings = make_settings(gateway={"max_concurrent_starts": limit})
+    instances = [await gateways(settings, providers={"demo": provider})]
+    if gateways.shared:
+        instances.append(await gateways(settings, providers={"demo": provider}))
+    slots = []
+    for gw in instances:
+        gw.app.state.gateway.runs.start_slots = PeakSlots(limit)
+        slots.append(gw.app.state.gateway.runs.start_slots)
+    async with _clients(instances) as clients:
+        answers = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    clients[i % len(clients)].post(
+                        f"/v1/conversations/start-{limit}-{i}/runs",
+                        json={"input": {"prompt": "text:1"}},
+                    )
+                    for i in range(n)
+                )
+            ),
+            4,  # under the 5 s bound after which a slot is given back anyway
+        )
+        assert [a.status_code for a in answers] == [202] * n
+        # Every run reaches its upstream and holds there, all at once.
+        await eventually(lambda: len(provider.reached) == n, what="every run held upstream")
+        provider.release.set()
+        for i, answer in enumerate(answers):
+            run_id = answer.json()["runId"]
+            await wait_state(
+                clients[i % len(clients)],
+                f"start-{limit}-{i}",
+                lambda body, run=run_id: body["agentState"]["runs"][run]["status"] == "completed",
+            )
+    return slots, provider
+
+
+async def test_starts_beyond_the_limit_all_run_no_more_than_the_limit_starting_at_once(
+    gateways: Gateways,
+) -> None:
+    slots, _ = await _starts(gateways, limit=2, n=12)
+    assert sum(s.acquired for s in slots) == 12
+    assert all(s.peak <= 2 for s in slots), [s.peak for s in slots]
+    assert all((s.held, s.waiting) == (0, 0) for s in slots)  # every slot given back
+
+
+async def test_without_a_tight_limit_those_starts_overlap(gateways: Gateways) -> None:
+    """The control of the test above: the same starts under the default limit are in
+    progress together (what the limit of 2 held back)."""
+    slots, _ = await _starts(gateways, limit=16, n=12)
+    assert max(s.peak for s in slots) > 2, [s.peak for s in slots]
