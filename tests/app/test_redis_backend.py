@@ -532,11 +532,8 @@ async def test_a_restore_never_lands_beside_an_active_run(
     assert await b.restore_conversation(ref, meta(), {}, {}) is False
 
 
-async def _waiting_followers(
-    backend: RedisBackend, ref: ConversationRef, n: int
-) -> tuple[list[None], list[asyncio.Task[Any]]]:
-    """``n`` reads of ``ref`` from its start, all waiting; and the incarnation lookups made
-    (one item each) from now on."""
+def _count_lookups(backend: RedisBackend) -> list[None]:
+    """The incarnation lookups ``backend``'s reads make from now on (one item each)."""
     lookups: list[None] = []
     lookup = backend.reads._lookup
 
@@ -545,6 +542,15 @@ async def _waiting_followers(
         return await lookup(*args)
 
     backend.reads._lookup = counted  # type: ignore[method-assign]
+    return lookups
+
+
+async def _waiting_followers(
+    backend: RedisBackend, ref: ConversationRef, n: int
+) -> tuple[list[None], list[asyncio.Task[Any]]]:
+    """``n`` reads of ``ref`` from its start, all waiting; and the incarnation lookups made
+    (one item each) from now on."""
+    lookups = _count_lookups(backend)
     followers = [
         asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(n)
     ]
@@ -605,14 +611,7 @@ async def test_a_read_of_a_conversation_not_created_yet_looks_it_up_once(
     answer it had just looked up was looked up again), and a later read looks again."""
     backend = one
     ref = ConversationRef("alice", "not-yet")
-    lookups: list[None] = []
-    lookup = backend.reads._lookup
-
-    async def counted(*args: Any) -> str | None:
-        lookups.append(None)
-        return await lookup(*args)
-
-    backend.reads._lookup = counted  # type: ignore[method-assign]
+    lookups = _count_lookups(backend)
     result = await backend.read(ref, EMPTY_CURSOR, limit=10, wait=0)
     assert (result.status, result.entries, len(lookups)) == ("ok", [], 1)
     await backend.create_conversation(ref, meta())
