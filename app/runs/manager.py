@@ -148,6 +148,8 @@ class RunManager:
         starts = self.start_slots
         await starts.acquire()
         try:
+            if self.shutting_down:  # the drain began while this start waited for its turn
+                raise ApiError(503, "shutting_down", "The gateway is shutting down.")
             submission = await self._accept(ref, input, provider, policy, answer_of)
         except BaseException:
             starts.release()

@@ -172,3 +172,26 @@ async def test_without_a_tight_limit_those_starts_overlap(gateways: Gateways) ->
     progress together (what the limit of 2 held back)."""
     slots, _ = await _starts(gateways, limit=16, n=12)
     assert max(s.peak for s in slots) > 2, [s.peak for s in slots]
+
+
+async def test_a_start_that_waited_for_its_turn_while_the_drain_began_is_refused(
+    gateways: Gateways,
+) -> None:
+    """A start waiting for a slot when the gateway begins to drain is answered 503
+    ``shutting_down`` once its turn comes (no run starts that the drain does not wait for)."""
+    gw = await gateways(make_settings(gateway={"max_concurrent_starts": 1}))
+    runs = gw.app.state.gateway.runs
+    await runs.start_slots.acquire()  # the one slot, held as by a start in progress
+    async with gw.client() as client:
+        answer = asyncio.ensure_future(
+            client.post("/v1/conversations/late/runs", json={"input": {"prompt": "text:1"}})
+        )
+        await eventually(lambda: runs.start_slots.waiting == 1, what="the start waits")
+        runs.shutting_down = True  # as drain() begins
+        runs.start_slots.release()
+        refused = await asyncio.wait_for(answer, 5)
+        runs.shutting_down = False  # the fixture stops the gateway as usual
+        assert (await client.get("/v1/conversations/late/state")).status_code == 404
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "shutting_down"
+    assert (runs.start_slots.held, runs.start_slots.waiting) == (0, 0)
