@@ -242,11 +242,7 @@ class EventLog:
     ) -> asyncio.Future[Any]:
         """:meth:`append_when_packed`'s script call, not awaited: its reply, for
         :meth:`appended_ids`."""
-
-        def args() -> list[Any]:
-            items, release, snapshot = close()
-            return self._args(token, items, release, snapshot, nonce, fresh)
-
+        args = self._packed_args(token, close, nonce, fresh)
         return self._append.call(_append_keys(keys), args, _looked_for)
 
     def submit_append_then(
@@ -261,22 +257,27 @@ class EventLog:
     ) -> None:
         """:meth:`submit_append` with its raw reply handed to ``then`` when it is read (the
         reply, or the error as an exception object), for :meth:`ids_of`."""
+        args = self._packed_args(token, close, nonce, fresh)
+        self._append.call_then(_append_keys(keys), args, _looked_for, then)
+
+    def _packed_args(
+        self, token: str, close: CloseBatch, nonce: str, fresh: bool
+    ) -> Callable[[], list[Any]]:
+        """The script's arguments of the batch ``close`` answers, built when the call is
+        packed (until then the batch can still take more)."""
 
         def args() -> list[Any]:
             items, release, snapshot = close()
             return self._args(token, items, release, snapshot, nonce, fresh)
 
-        self._append.call_then(_append_keys(keys), args, _looked_for, then)
+        return args
 
     @staticmethod
     def appended_ids(reply: asyncio.Future[Any], token: str) -> list[str]:
         """The stream ids of a settled :meth:`submit_append` (its error raised: ``Fenced`` for
         a token that no longer owns the run; ``CancelledError`` for a call withdrawn)."""
-        try:
-            res = reply.result()
-        except ResponseError as exc:
-            raise _fenced(exc, token) from None
-        return _ids(res)
+        # exception() raises CancelledError for a withdrawn call, as result() does.
+        return EventLog.ids_of(reply.exception() or reply.result(), token)
 
     @staticmethod
     def ids_of(reply: Any, token: str) -> list[str]:
