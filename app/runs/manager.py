@@ -98,6 +98,8 @@ class RunManager:
         #: Starts in progress at once (gateway.max_concurrent_starts): a start storm is worked
         #: through in turn, not interleaved with the deltas of the answers already streaming.
         self.start_slots = StartSlots(settings.gateway.max_concurrent_starts)
+        if metrics is not None:
+            metrics.watch_start_slots(lambda: self.start_slots)
         backend.on_adopted_runs(self._adopt)
 
     # --- queries -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from app.backends import (
 )
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
+from app.runs.start_slots import StartSlots
 from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import (
     SoonMemoryBackend,
@@ -495,3 +496,20 @@ async def test_gateway_metrics_endpoint(start_gateway: StartGateway, backend_kin
     assert _value(m, "agent_gateway_subscribers", transport="sse") == 0
     assert answer["runId"] not in text
     assert key not in text  # never the conversation key as a label value
+
+
+async def test_run_starts_gauge_reads_the_slots_the_manager_holds_at_each_scrape() -> None:
+    m = GatewayMetrics()
+    holder = {"slots": StartSlots(1)}
+    m.watch_start_slots(lambda: holder["slots"])
+    assert sample(m, "agent_gateway_run_starts", state="in_progress") == 0
+    await holder["slots"].acquire()
+    waiter = asyncio.create_task(holder["slots"].acquire())
+    await eventually(lambda: holder["slots"].waiting == 1, what="one waiting")
+    assert sample(m, "agent_gateway_run_starts", state="in_progress") == 1
+    assert sample(m, "agent_gateway_run_starts", state="waiting") == 1
+    holder["slots"].release()  # handed to the waiter
+    await waiter
+    assert sample(m, "agent_gateway_run_starts", state="waiting") == 0
+    holder["slots"] = StartSlots(4)  # replaced: the next scrape reads the new one
+    assert sample(m, "agent_gateway_run_starts", state="in_progress") == 0

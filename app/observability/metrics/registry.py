@@ -44,6 +44,13 @@ class _AbortSource(Protocol):
     def add_callback(self, callback: Callable[[Any], None]) -> Callable[[], None]: ...
 
 
+class _StartSlots(Protocol):
+    @property
+    def held(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+
+
 class GatewayMetrics:
     """The gateway's metric families on their own registry (one per app instance)."""
 
@@ -128,6 +135,13 @@ class GatewayMetrics:
             ["backend", "op"],
             registry=r,
         )
+        self.run_starts = Gauge(
+            "agent_gateway_run_starts",
+            "Run starts in progress (accepted, run.started not yet logged) and waiting their "
+            "turn (gateway.max_concurrent_starts).",
+            ["state"],
+            registry=r,
+        )
         self.dropped_subscribers = Counter(
             "agent_gateway_dropped_subscribers",
             "Subscribers disconnected for being too slow.",
@@ -136,6 +150,12 @@ class GatewayMetrics:
         )
 
     # -- runs ---------------------------------------------------------------------------------
+
+    def watch_start_slots(self, slots: Callable[[], _StartSlots]) -> None:
+        """Read the start slots at each scrape (``slots()``: whichever the run manager holds
+        then), so a start costs no metric call."""
+        self.run_starts.labels("in_progress").set_function(lambda: slots().held)
+        self.run_starts.labels("waiting").set_function(lambda: slots().waiting)
 
     def run_tracker(self, provider: str, abort_signal: _AbortSource | None = None) -> RunTracker:
         """Count a run as started and return the tracker to feed its events to.
