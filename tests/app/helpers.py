@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import orjson
 from httpx_sse import ServerSentEvent, aconnect_sse
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.backends import ConversationRef, MemoryBackend
 
@@ -18,6 +19,7 @@ __all__ = [
     "drained_to_eof",
     "events_of",
     "metric",
+    "metric_sample",
     "stalled_client",
     "start_run",
     "terminal",
@@ -83,13 +85,20 @@ async def collect_sse(
     return frames
 
 
+async def metric_sample(client: httpx.AsyncClient, name: str, **labels: str) -> float:
+    """One sample of the gateway's ``/metrics``, by name and exactly these labels (0 when
+    absent)."""
+    text = (await client.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
 async def metric(client: httpx.AsyncClient, name: str, transport: str = "sse") -> float:
     """The value of the gateway's per-transport sample ``name`` (read from ``/metrics``)."""
-    needle = f'{name}{{transport="{transport}"}} '
-    for line in (await client.get("/metrics")).text.splitlines():
-        if line.startswith(needle):
-            return float(line[len(needle) :])
-    return 0.0
+    return await metric_sample(client, name, transport=transport)
 
 
 async def wait_metric(

@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 from ag_ui.core import (
@@ -19,12 +18,11 @@ from ag_ui.core import (
     TextMessageContentEvent,
     ToolCallStartEvent,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.agui_client import WEATHER_TOOL, kinds, run_input, stream_agui, user
 from tests.app.agui_upstream import AguiAgent, agui_settings, serve_agui_agent
 from tests.app.gateway_server import RunningGateway, StartGateway
-from tests.app.helpers import wait_state
+from tests.app.helpers import metric_sample, wait_state
 from tests.support import eventually, eventually_async
 
 
@@ -306,16 +304,6 @@ async def test_auth_is_that_of_the_runs_route(
         assert (await client.get("/v1/conversations/t-auth/state")).status_code == 200
 
 
-async def _metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
-    """One sample of the gateway's ``/metrics`` (0 when absent)."""
-    text = (await client.get("/metrics")).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return 0.0
-
-
 async def test_limits_and_metrics_are_those_of_the_runs_route(
     agent: AguiAgent, start_gateway: StartGateway
 ) -> None:
@@ -343,10 +331,12 @@ async def test_limits_and_metrics_are_those_of_the_runs_route(
         assert second.json()["error"]["code"] == "too_many_subscribers"
 
         async def following() -> bool:
-            return await _metric(client, "agent_gateway_subscribers", transport="sse") == 1
+            return await metric_sample(client, "agent_gateway_subscribers", transport="sse") == 1
 
         await eventually_async(following, what="the AG-UI stream counted as an SSE subscriber")
-        assert await _metric(client, "agent_gateway_runs_started_total", provider="agent") == 1
+        assert (
+            await metric_sample(client, "agent_gateway_runs_started_total", provider="agent") == 1
+        )
         assert (await client.post("/v1/conversations/t-lim/abort", json={})).status_code == 202
         cancelled = await asyncio.wait_for(reader, 10)
         assert isinstance(cancelled[-1], RunErrorEvent) and cancelled[-1].code == "cancelled"
@@ -361,15 +351,17 @@ async def test_limits_and_metrics_are_those_of_the_runs_route(
 
         async def ended(outcome: str) -> float:
             name = "agent_gateway_runs_ended_total"
-            return await _metric(client, name, provider="agent", outcome=outcome)
+            return await metric_sample(client, name, provider="agent", outcome=outcome)
 
         async def both_ended() -> bool:
             return await ended("completed") == 1 and await ended("cancelled") == 1
 
         await eventually_async(both_ended, what="the completed and the cancelled run counted")
-        assert await _metric(client, "agent_gateway_runs_started_total", provider="agent") == 2
+        assert (
+            await metric_sample(client, "agent_gateway_runs_started_total", provider="agent") == 2
+        )
         await eventually(lambda: not running.gateway.runs.limits.open_streams, within=10)
-        assert await _metric(client, "agent_gateway_subscribers", transport="sse") == 0
+        assert await metric_sample(client, "agent_gateway_subscribers", transport="sse") == 0
 
 
 @pytest.mark.only_backend("redis", reason="two instances share a conversation only on Redis")

@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.runs.start_slots import Started, StartSlots
 from providers.context import RunContext
 from tests.app.concurrency_support import CountingProvider, Gateways, gateways
 from tests.app.gateway_server import RunningGateway, make_settings
-from tests.app.helpers import wait_state
+from tests.app.helpers import metric_sample, wait_state
 from tests.support import eventually
 
 __all__ = ["gateways"]
@@ -198,15 +197,13 @@ async def test_a_start_that_waited_for_its_turn_while_the_drain_began_is_refused
     assert (runs.start_slots.held, runs.start_slots.waiting) == (0, 0)
 
 
-async def _run_starts(client: httpx.AsyncClient) -> dict[str, float]:
-    """``agent_gateway_run_starts`` by state, read from ``/metrics``."""
-    text = (await client.get("/metrics")).text
-    return {
-        sample.labels["state"]: sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "agent_gateway_run_starts"
-        for sample in family.samples
-    }
+async def _run_starts(client: httpx.AsyncClient) -> tuple[float, float]:
+    """``agent_gateway_run_starts``: (in progress, waiting), read from ``/metrics``."""
+    name = "agent_gateway_run_starts"
+    return (
+        await metric_sample(client, name, state="in_progress"),
+        await metric_sample(client, name, state="waiting"),
+    )
 
 
 async def test_metrics_show_the_starts_in_progress_and_those_waiting_their_turn(
@@ -215,7 +212,7 @@ async def test_metrics_show_the_starts_in_progress_and_those_waiting_their_turn(
     gw = await gateways(make_settings(gateway={"max_concurrent_starts": 1}))
     runs = gw.app.state.gateway.runs
     async with gw.client() as client:
-        assert await _run_starts(client) == {"in_progress": 0, "waiting": 0}
+        assert await _run_starts(client) == (0, 0)
         await runs.start_slots.acquire()  # the one slot, held as by a start in progress
         posts = asyncio.gather(
             *(
@@ -224,9 +221,9 @@ async def test_metrics_show_the_starts_in_progress_and_those_waiting_their_turn(
             )
         )
         await eventually(lambda: runs.start_slots.waiting == 3, what="three starts wait")
-        assert await _run_starts(client) == {"in_progress": 1, "waiting": 3}
+        assert await _run_starts(client) == (1, 3)
         runs.start_slots.release()
         answers = await asyncio.wait_for(posts, 10)
         assert [a.status_code for a in answers] == [202] * 3
         await eventually(lambda: runs.start_slots.held == 0, what="every slot given back")
-        assert await _run_starts(client) == {"in_progress": 0, "waiting": 0}
+        assert await _run_starts(client) == (0, 0)
