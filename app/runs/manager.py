@@ -142,16 +142,14 @@ class RunManager:
         """Accept a run (or refuse it with an ``ApiError``). ``answer_of`` (a request with an
         ``Idempotency-Key``) turns the 202 body into the answer the backend stores in the
         step that accepts the run."""
-        if self.shutting_down:
-            raise ApiError(503, "shutting_down", "The gateway is shutting down.")
+        self._refuse_if_draining()
         policy = multitask or self.settings.gateway.multitask
         if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
             check_json_size(input, self.settings.limits.max_input_bytes, "input")
         starts = self.start_slots
         await starts.acquire()
         try:
-            if self.shutting_down:  # the drain began while this start waited for its turn
-                raise ApiError(503, "shutting_down", "The gateway is shutting down.")
+            self._refuse_if_draining()  # the drain may have begun while this start waited
             submission = await self._accept(ref, input, provider, policy, answer_of)
         except BaseException:
             starts.release()
@@ -161,6 +159,10 @@ class RunManager:
         else:
             starts.release()
         return submission
+
+    def _refuse_if_draining(self) -> None:
+        if self.shutting_down:
+            raise ApiError(503, "shutting_down", "The gateway is shutting down.")
 
     async def _accept(
         self,
