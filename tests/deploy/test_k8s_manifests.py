@@ -470,7 +470,10 @@ async def test_the_deployment_serves_probes_and_stops_within_its_grace_period(
                 await eventually_async(draining, within=5, what="readiness 503 while draining")
                 assert proc.poll() is None and "run.cancelled" not in types  # still draining
                 assert await _status(client, spec["livenessProbe"]) == 200
-                await asyncio.wait_for(streaming, timeout=budget)
+                try:
+                    await asyncio.wait_for(streaming, timeout=budget)
+                except TimeoutError:
+                    pytest.fail(f"the run still streams {budget} s after SIGTERM (SIGKILL then)")
                 code = await asyncio.to_thread(proc.wait, budget)
                 elapsed = time.monotonic() - stopped_at
             assert code in (0, -signal.SIGTERM), log.read_text()
