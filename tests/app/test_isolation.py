@@ -185,7 +185,6 @@ ROUTES_NEEDING_AUTH = [
     ("GET", "/v1/conversations"),
     ("GET", "/v1/providers"),
     ("GET", "/metrics"),
-    ("GET", "/readyz"),
     ("POST", "/v1/conversations/c1/runs"),
     ("POST", "/v1/conversations/c1/abort"),
     ("POST", "/v1/conversations/c1/reload"),
@@ -224,6 +223,9 @@ async def test_every_route_but_healthz_needs_a_valid_token(
             assert response.json()["error"]["code"] == "unauthorized"
             assert ALICE not in response.text and BOB not in response.text
         assert (await client.get("/healthz")).status_code == 200
+        # Probes carry no token: readiness is public and says only ok / not ready.
+        ready = await client.get("/readyz", headers=headers)
+        assert ready.status_code == 200 and ready.json() == {"status": "ok"}
         assert (await client.get("/v1/conversations?access_token=nope")).status_code == 401
 
 

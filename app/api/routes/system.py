@@ -42,9 +42,10 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Readiness: the backend is reachable",
-    responses={401: ERRORS[401], 403: ERRORS[403], 503: ERRORS[503]},
+    responses={503: ERRORS[503]},
 )
-async def readyz(gateway: GatewayDep, _principal: Principal) -> Response:  # auth: http-api.md
+async def readyz(gateway: GatewayDep) -> Response:
+    """Public, like ``/healthz``: an orchestrator's probe carries no token (http-api.md, Auth)."""
     if gateway.runs.shutting_down:
         return JSON({"status": "shutting_down"}, status_code=503)
     try:

@@ -277,7 +277,7 @@ class ServeProcess:
         self.spawn()
         assert self.proc is not None
         deadline = time.monotonic() + within
-        headers = {"Authorization": f"Bearer {TOKENS['alice']}"}  # /readyz needs auth
+        headers = {"Authorization": f"Bearer {TOKENS['alice']}"}
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0, headers=headers) as client:
             while True:
                 assert self.proc.poll() is None, self.output()
