@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict core providers app
+	$(VENV)/bin/mypy --strict tests
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports

@@ -13,9 +13,15 @@ from typing import Any
 import orjson
 import pytest
 from ag_ui.core import (
+    CustomEvent,
     RunErrorEvent,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StateSnapshotEvent,
     TextMessageContentEvent,
+    TextMessageStartEvent,
     ToolCallStartEvent,
 )
 
@@ -73,16 +79,18 @@ async def test_every_event_kind_parses_back_and_an_interrupt_resumes_the_same_ru
             "TEXT_MESSAGE_END",
         ):
             assert kind in seen, kind
-        assert first[0].thread_id == "t-all" and first[0].run_id == "c1"
-        snapshots = [e.snapshot for e in first if e.type.value == "STATE_SNAPSHOT"]
+        started = first[0]
+        assert isinstance(started, RunStartedEvent)
+        assert started.thread_id == "t-all" and started.run_id == "c1"
+        snapshots = [e.snapshot for e in first if isinstance(e, StateSnapshotEvent)]
         assert snapshots[-1] == {"count": 2}
-        assert any(e.type.value == "CUSTOM" and e.name == "progress" for e in first)
+        assert any(isinstance(e, CustomEvent) and e.name == "progress" for e in first)
         finished = first[-1]
         assert isinstance(finished, RunFinishedEvent) and finished.outcome is not None
         assert finished.outcome.type == "interrupt"
         (interrupt,) = finished.outcome.interrupts
         assert interrupt.message == "Go ahead?" and interrupt.reason == "confirm"
-        assert not any(e.type.value == "TEXT_MESSAGE_START" and e.role == "user" for e in first)
+        assert not any(isinstance(e, TextMessageStartEvent) and e.role == "user" for e in first)
         state = await wait_state(client, "t-all", lambda s: s["isRequesting"])
         (run_id,) = _runs(state)
 
@@ -92,11 +100,12 @@ async def test_every_event_kind_parses_back_and_an_interrupt_resumes_the_same_ru
         second = await stream_agui(
             client, run_input("t-all", "c2", [user("everything")], resume=resume)
         )
-        assert kinds(second)[0] == "RUN_STARTED" and second[0].run_id == "c2"
+        assert kinds(second)[0] == "RUN_STARTED"
+        assert isinstance(second[0], RunStartedEvent) and second[0].run_id == "c2"
         assert isinstance(second[-1], RunFinishedEvent) and second[-1].outcome is None
         assert _text(second) == "Decision: approved."
         assert not any(
-            e.type.value == "CUSTOM" and e.name == "approval.resolved" for e in second
+            isinstance(e, CustomEvent) and e.name == "approval.resolved" for e in second
         ), "the client's own decision is echoed"
         state = await wait_state(client, "t-all", lambda s: not s["isRequesting"])
         assert list(_runs(state)) == [run_id] and _runs(state)[run_id]["status"] == "completed"
@@ -121,7 +130,10 @@ async def test_resume_is_read_as_the_ag_ui_provider_reads_it(
     thread = f"t-resume-{decision}-{answer['status']}"
     async with gateway.client() as client:
         first = await stream_agui(client, run_input(thread, "c1", [user("approve it")]))
-        (interrupt,) = first[-1].outcome.interrupts
+        finished = first[-1]
+        assert isinstance(finished, RunFinishedEvent)
+        assert isinstance(finished.outcome, RunFinishedInterruptOutcome)
+        (interrupt,) = finished.outcome.interrupts
         resume = [{"interruptId": interrupt.id, **answer}]
         second = await stream_agui(client, run_input(thread, "c2", [], resume=resume))
         assert _text(second) == f"Decision: {decision}."
@@ -146,7 +158,10 @@ async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
         ]
         start = next(e for e in first if isinstance(e, ToolCallStartEvent))
         assert start.tool_call_name == "get_weather"
-        assert first[-1].outcome.pending_tool_call_ids == [start.tool_call_id]
+        finished = first[-1]
+        assert isinstance(finished, RunFinishedEvent)
+        assert isinstance(finished.outcome, RunFinishedSuccessOutcome)
+        assert finished.outcome.pending_tool_call_ids == [start.tool_call_id]
         call = {
             "id": start.tool_call_id,
             "type": "function",
@@ -170,8 +185,8 @@ async def test_frontend_tool_round_trip_in_two_requests_is_one_gateway_run(
         assert tool["status"] == "completed" and tool["result"] == "sunny"
         # the same thread, a new turn: other message ids than the first turn's
         third = await stream_agui(client, run_input("t-tool", "c3", [*messages, user("hi", "u2")]))
-        ids_before = {e.message_id for e in second if e.type.value == "TEXT_MESSAGE_START"}
-        ids_after = {e.message_id for e in third if e.type.value == "TEXT_MESSAGE_START"}
+        ids_before = {e.message_id for e in second if isinstance(e, TextMessageStartEvent)}
+        ids_after = {e.message_id for e in third if isinstance(e, TextMessageStartEvent)}
         assert ids_after and ids_before.isdisjoint(ids_after)
         # Of the client's messages only the last user message is new: the gateway's history
         # is not rewritten by what the client sends again.

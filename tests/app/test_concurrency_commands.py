@@ -5,6 +5,7 @@ have one effect, and a command's refusal follows its target (the route's 409 onc
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -23,7 +24,13 @@ def _status_of(state: dict[str, Any], run_id: str) -> str:
     return str(state["agentState"]["runs"].get(run_id, {}).get("status"))
 
 
-def _waiting(table: str, run_id: str, status: str = "waiting") -> Any:
+def _run_is(run_id: str, check: Callable[[str], bool]) -> Callable[[dict[str, Any]], bool]:
+    return lambda state: check(_status_of(state, run_id))
+
+
+def _waiting(
+    table: str, run_id: str, status: str = "waiting"
+) -> Callable[[dict[str, Any]], bool]:
     def check(state: dict[str, Any]) -> bool:
         return any(
             entity["runId"] == run_id and entity["status"] == status
@@ -50,7 +57,7 @@ async def test_a_later_run_reusing_an_approval_id_gets_its_command(gateways: Gat
             assert {a.status_code for a in answers} == {202}, [a.text for a in answers]
             assert {a.json()["runId"] for a in answers} == {run["runId"]}, turn
             state = await wait_state(
-                client, KEY, lambda s, r=run["runId"]: _status_of(s, r) != "running"
+                client, KEY, _run_is(run["runId"], lambda status: status != "running")
             )
             assert _status_of(state, run["runId"]) == "completed"
     resolves = [c for c in provider.commands if c.type == "approval.resolve"]
@@ -67,7 +74,9 @@ async def test_a_later_run_reusing_a_tool_id_gets_its_result(gateways: Gateways)
             answers = await _concurrent(client, path, {"result": {"t": 20}})
             assert {a.status_code for a in answers} == {202}, [a.text for a in answers]
             assert {a.json()["runId"] for a in answers} == {run["runId"]}
-            await wait_state(client, KEY, lambda s, r=run["runId"]: _status_of(s, r) != "running")
+            await wait_state(
+                client, KEY, _run_is(run["runId"], lambda status: status != "running")
+            )
 
 
 async def test_command_refusals_follow_the_target_once_its_run_ended(gateways: Gateways) -> None:
@@ -108,7 +117,9 @@ async def test_a_command_addresses_the_latest_run_that_has_its_target(gateways: 
     async with gw.client() as client:
         for prompt in ("failtool:t", "oktool:t", "oktool:u", "failtool:u"):
             run = await start_run(client, KEY, prompt)
-            await wait_state(client, KEY, lambda s, r=run["runId"]: _status_of(s, r) == "completed")
+            await wait_state(
+                client, KEY, _run_is(run["runId"], lambda status: status == "completed")
+            )
         # t: failed and retryable in the first run, completed in the latest: not retryable.
         assert code(await client.post(f"{BASE}/tools/t/retry")) == (409, "tool_not_retryable")
         # u: completed first, failed and retryable in the latest, whose run has ended.

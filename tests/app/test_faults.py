@@ -322,7 +322,8 @@ async def test_a_subscriber_joining_mid_run_shares_the_snapshot_in_flight(
         try:
             in_flight = None
             for _ in range(500):  # the stalled subscriber's snapshot frame is being sent
-                in_flight = _snapshots.get(gw.gateway, {}).get((ref, True))
+                shared = _snapshots.get(gw.gateway)
+                in_flight = None if shared is None else shared.get((ref, True))
                 if in_flight is not None:
                     break
                 await asyncio.sleep(0.01)

@@ -162,7 +162,7 @@ async def test_keys_expire_after_the_ttl(gw: RunningGateway) -> None:
 
         async def expired() -> bool:  # a retry within the TTL replays the first answer
             answers.append(await client.post(RUNS, json=body, headers=idem("ttl")))
-            return answers[-1].json().get("runId") != first.json()["runId"]
+            return bool(answers[-1].json().get("runId") != first.json()["runId"])
 
         await eventually_async(expired, within=15, what="the key expires")
         assert time.monotonic() - began > 1.5  # idempotency_ttl_seconds = 2

@@ -131,7 +131,11 @@ async def test_the_pipeline_packs_calls_as_hiredis_would_and_falls_back_for_othe
             return b"".join(pipeline._packed(pipeline._pending, again=False))
 
         plain = Connection()
-        expected = b"".join(hiredis.pack_command(command) for command in commands)
+        # hiredis's stub types the command as a one-item tuple
+        expected = b"".join(
+            hiredis.pack_command(command)  # type: ignore[arg-type]
+            for command in commands
+        )
         assert packed(plain) == expected
         assert packed(plain) == expected  # from the cached call heads
         latin = Connection(encoding="latin-1")  # not strict UTF-8: redis-py packs it
@@ -159,7 +163,8 @@ async def test_an_append_packed_from_pieces_is_stored_as_appended(
     stored = [(e.kind, e.data, e.type, e.run_id) for e in entries]
     assert stored == [tuple(p) for p in [*events, events[0]]]
     assert await redis.hget(keys.snap, "state") == b'{"s":1}'
-    assert (await redis.hget(keys.snap, "cursor")).decode() == ids[-1]
+    cursor = await redis.hget(keys.snap, "cursor")
+    assert isinstance(cursor, bytes) and cursor.decode() == ids[-1]
     # No entries, a snapshot (a run's end): nothing is appended, the snapshot is stored.
     assert await log.append(keys, "", [], snapshot=SnapshotWrite(b'{"s":2}', b"{}", ids[0])) == []
     assert await redis.xlen(keys.log) == len(entries)

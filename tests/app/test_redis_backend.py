@@ -13,6 +13,8 @@ import pytest
 from app.api.errors import ApiError
 from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
 from app.backends.redis import RedisBackend, redis_client
+from app.backends.redis.fanout import LogReader
+from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.tasks import stop_task
 from app.backends.types import AcceptedAnswer, LogItem, QueuedRun
 from providers.contract import Command
@@ -537,9 +539,9 @@ def _count_lookups(backend: RedisBackend) -> list[None]:
     lookups: list[None] = []
     lookup = backend.reads._lookup
 
-    async def counted(*args: Any) -> str | None:
+    async def counted(reader: LogReader, keys: ConversationKeys) -> str | None:
         lookups.append(None)
-        return await lookup(*args)
+        return await lookup(reader, keys)
 
     backend.reads._lookup = counted  # type: ignore[method-assign]
     return lookups
@@ -661,7 +663,7 @@ async def test_a_title_set_while_a_run_end_saves_its_meta_is_the_one_kept(
             )
         return await script(**kwargs)
 
-    store._save_meta = patched_in_between  # type: ignore[method-assign]
+    store._save_meta = patched_in_between  # type: ignore[assignment]  # a function for the script
     run_meta.last_run_id = "r1"
     await one.save_meta(ref, run_meta, keep_title=True)
     stored = await one.get_meta(ref)

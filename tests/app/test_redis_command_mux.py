@@ -174,7 +174,9 @@ async def test_commands_after_the_connection_is_killed_are_answered_and_the_mux_
             await client.set("k", "v")
             mux = await attached(client)
             # Every connection but the admin's, the mux's included, closed by the server.
-            await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            await admin.execute_command(  # type: ignore[no-untyped-call]
+                "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"
+            )
             results = await asyncio.gather(*(client.get("k") for _ in range(20)))
             assert results == [b"v"] * 20
             await eventually(lambda: mux.held is not None, what="the mux holds one again")
@@ -207,7 +209,7 @@ async def test_a_mute_server_times_the_mux_out_into_redis_pys_path_never_a_hang(
     mute = MuteRedis()
     await mute.start()
     pool = mute.pool(LeanPool, RedisTimeoutError, RedisConnectionError)
-    client = LeanRedis.from_pool(pool)
+    client = cast(LeanRedis, LeanRedis.from_pool(pool))
     client.mux = mux = CommandMux(client)
     try:
         assert await client.execute_command("GET", "k") == b"OK"
@@ -239,8 +241,8 @@ async def test_closing_the_client_hands_the_held_connection_back_clean(
     await mux.aclose()
     pool = lean.connection_pool
     assert mux.held is None
-    assert held not in pool._in_use_connections  # type: ignore[attr-defined]
-    assert held in pool._available_connections  # type: ignore[attr-defined]
+    assert held not in pool._in_use_connections
+    assert held in pool._available_connections
     assert await lean.get("agw-test-mux:none") is None  # redis-py reads it again, in step
 
 
@@ -268,7 +270,7 @@ def test_commands_are_packed_as_the_connection_packs_them(
     """hiredis at once for plain arguments, the connection's packing for the rest: the same
     bytes as the connection's own packing of each command."""
     client = redis_client(SHARED_REDIS_URL)
-    conn = client.connection_pool.make_connection()  # type: ignore[attr-defined]
+    conn = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
     batch = [_Submission([(name, *args)], cast(Any, None)) for name, args in commands]
     want = b"".join(chunk for name, args in commands for chunk in conn.pack_command(name, *args))
     assert b"".join(_packed(conn, batch)) == want

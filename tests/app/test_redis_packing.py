@@ -28,7 +28,7 @@ COMMANDS: list[tuple[Any, ...]] = [
 def test_the_packed_bytes_are_redis_pys_own(command: tuple[Any, ...]) -> None:
     plain = Connection()
     pool_class = type("Pool", (), {"connection_class": Connection})()
-    pack_with_hiredis(pool_class)  # type: ignore[arg-type]
+    pack_with_hiredis(pool_class)
     hiredis = pool_class.connection_class()
     assert hiredis.pack_command is not plain.pack_command
     assert b"".join(hiredis.pack_command(*command)) == b"".join(plain.pack_command(*command))
@@ -56,10 +56,10 @@ def test_plain_commands_packed_at_once_are_the_connections_own_bytes() -> None:
 
 def test_the_scheme_picks_the_base_class_and_packing_is_added_once() -> None:
     pool = type("Pool", (), {"connection_class": UnixDomainSocketConnection})()
-    pack_with_hiredis(pool)  # type: ignore[arg-type]
+    pack_with_hiredis(pool)
     packing = pool.connection_class
     assert issubclass(packing, UnixDomainSocketConnection)
-    pack_with_hiredis(pool)  # type: ignore[arg-type]
+    pack_with_hiredis(pool)
     assert pool.connection_class is packing
 
 

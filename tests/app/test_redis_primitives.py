@@ -41,7 +41,7 @@ def ev(n: int) -> Pending:
 
 def lent(client: Redis) -> set[Any]:
     """The connections of ``client``'s pool in use, less the one its command mux holds."""
-    in_use: set[Any] = client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    in_use: set[Any] = client.connection_pool._in_use_connections
     mux = getattr(client, "mux", None)
     return in_use - {None if mux is None else mux.held}
 
@@ -381,9 +381,11 @@ async def test_subscribers_behind_the_window_share_one_catch_up_read(
         calls: list[str] = []
         read_after = log.read_after
 
-        async def counted(keys_: ConversationKeys, after: str, count: int = 1000) -> Any:
+        async def counted(
+            keys: ConversationKeys, after: str, count: int = 1000
+        ) -> list[Entry] | None:
             calls.append(after)
-            return await read_after(keys_, after, count)
+            return await read_after(keys, after, count)
 
         log.read_after = counted  # type: ignore[method-assign]
         cursors = ids[:40:4]
@@ -495,7 +497,7 @@ async def test_a_reader_that_lingers_out_lets_its_blocking_read_end_and_keeps_th
         hub.release(reader)
         await eventually(lambda: reader._task is None, what="the reader stopped")
         assert not lent(client)
-        idle = pool._available_connections  # type: ignore[attr-defined]
+        idle = pool._available_connections
         assert idle and all(connection.is_connected for connection in idle)
     finally:
         await hub.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -150,12 +150,15 @@ async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix
     address = _address(log._append)
     await log.append(keys, "", [ev(1)])
     assert log._append._conn is conn and _address(log._append) == address  # one connection
-    assert await redis.execute_command("CLIENT", "KILL", "ADDR", address) == 1
+    killed = await redis.execute_command(  # type: ignore[no-untyped-call]
+        "CLIENT", "KILL", "ADDR", address
+    )
+    assert killed == 1
     ids = await log.append(keys, "", [ev(2)])
     assert await _logged(log, keys) == [0, 1, 2]
     assert ids == [(await log.read_after(keys, "0-0") or [])[-1].id]
     assert _address(log._append) != address  # a new connection, driven directly again
-    in_use = client.connection_pool._in_use_connections  # type: ignore[attr-defined]
+    in_use = client.connection_pool._in_use_connections
     assert conn in in_use
     await log.aclose()
     assert conn not in in_use and log._append._conn is None
@@ -211,7 +214,7 @@ async def test_a_round_trip_without_a_reply_times_out_after_the_socket_timeout()
         assert mute.commands >= sent + 2  # sent again on a new connection
         await pipeline.aclose()
         # Handed back with the pool's own timeout.
-        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)  # type: ignore[attr-defined]
+        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)
     finally:
         await client.aclose()
         assert mute.server is not None
@@ -228,7 +231,8 @@ async def test_a_call_that_cannot_be_packed_fails_alone_and_the_next_is_answered
         assert await pipeline.call([f"{prefix}:k"], ["a"]) == b"a"  # connected, driven directly
         assert pipeline._wire is not None
         with pytest.raises(TypeError):
-            await asyncio.wait_for(pipeline.call([f"{prefix}:k"], [object()]), 5)
+            not_an_argument: Any = object()
+            await asyncio.wait_for(pipeline.call([f"{prefix}:k"], [not_an_argument]), 5)
         assert await pipeline.call([f"{prefix}:k"], ["b"]) == b"b"
         await pipeline.aclose()
     finally:
@@ -330,7 +334,7 @@ async def test_one_event_appends_do_not_look_for_their_batch_in_the_log() -> Non
             assert stats["cmdstat_xadd"]["calls"] == 20
             assert "cmdstat_xrevrange" not in stats
             assert await _logged(log, keys) == list(range(21))
-            raw = await plain.xrange(keys.log)
+            raw = cast(list[tuple[bytes, dict[bytes, bytes]]], await plain.xrange(keys.log))
             assert all(b"k" not in fields for _, fields in raw)
             await writer.append([Pending(KIND_EXTENSION, b'{"key":"k","value":1}')])
             read = await log.read_after(keys, "0-0")

@@ -187,7 +187,7 @@ def anthropic_frames(
     ]
     index = 0
     if thinking:
-        block = {"type": "thinking", "thinking": "", "signature": ""}
+        block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
         frames.append(_event("content_block_start", {"index": index, "content_block": block}))
         for piece in _pieces(thinking):
             delta = {"type": "thinking_delta", "thinking": piece}
@@ -341,7 +341,7 @@ def responses_frames(
             output_index=index,
             item={"id": item_id, "type": "reasoning", "summary": []},
         )
-        part = {"type": "summary_text", "text": ""}
+        part: dict[str, Any] = {"type": "summary_text", "text": ""}
         emit(
             "response.reasoning_summary_part.added",
             item_id=item_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from ag_ui.core import RunFinishedEvent, TextMessageStartEvent
 from hypothesis import given, settings
@@ -13,7 +15,11 @@ from providers.errors import UpstreamProtocolError
 
 
 def test_patch_all_operations() -> None:
-    doc = {"recipe": {"title": "Pasta", "ingredients": ["tomato"]}, "old": 1, "tpl": {"a": 1}}
+    doc: dict[str, Any] = {
+        "recipe": {"title": "Pasta", "ingredients": ["tomato"]},
+        "old": 1,
+        "tpl": {"a": 1},
+    }
     patched = apply_patch(
         doc,
         [
@@ -97,14 +103,15 @@ def test_legacy_thinking_renamed_with_generated_ids() -> None:
 def test_chunks_expand_like_the_client() -> None:
     norm = AguiNormalizer()
     out = []
-    for raw in [
+    raws: list[dict[str, Any]] = [
         {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "Chunked "},
         {"type": "TEXT_MESSAGE_CHUNK", "delta": "work."},
         {"type": "TOOL_CALL_CHUNK", "toolCallId": "t1", "toolCallName": "f", "delta": "{}"},
         {"type": "CUSTOM", "name": "x.y", "value": 1},
         {"type": "TOOL_CALL_CHUNK", "delta": ""},
         {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"},
-    ]:
+    ]
+    for raw in raws:
         out += norm.feed(raw)
     assert [(e["type"], e.get("messageId") or e.get("toolCallId")) for e in out] == [
         ("TEXT_MESSAGE_START", "m1"),

@@ -233,7 +233,7 @@ def _wrap(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [RUN_STARTED, *events, RUN_FINISHED]
 
 
-DART_SSE = {
+DART_SSE: dict[str, dict[str, list[Any]]] = {
     "Simple Text Message Stream": {"texts": ["Hello, how can I help you today?"]},
     "Tool Call Stream": {"tools": [("search", {"query": "AG-UI"}, "failed")]},
     "Heartbeat and Comments": {"texts": ["Test"]},

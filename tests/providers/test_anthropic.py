@@ -112,7 +112,7 @@ async def test_unknown_events_and_blocks_are_ignored() -> None:
 
 
 def test_history_without_transcript_builds_tool_blocks() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather?"},
         {

@@ -4,13 +4,14 @@ requests) at a cost linear in its size: C streams starting or ending together no
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, cast
 
 import httpcore
 
 from providers.signal import AbortSignal
 from providers.transports import SSETransport, UpstreamRequest
-from providers.transports.pool import LinearConnectionPool
+from providers.transports.pool import SWEEP_SECONDS, LinearConnectionPool
 from tests.loopback_asgi import serve_asgi
 
 
@@ -77,8 +78,8 @@ def test_a_connection_that_expired_since_the_last_sweep_is_never_reused() -> Non
     assert pool._assign_requests_to_connections() == []  # swept: nothing expired yet
     first, second, third = pool._connections
     first.state = "expired"  # the upstream closed it; is_idle() is False, like httpcore's
-    first.is_idle = lambda: True  # type: ignore[method-assign]  # still idle on our side
-    first.is_available = lambda: True  # type: ignore[method-assign]
+    first.is_idle = lambda: True  # still idle on our side
+    first.is_available = lambda: True
     request = FakeRequest()
     pool._requests = [request]
     closing = pool._assign_requests_to_connections()  # within SWEEP_SECONDS: no full sweep
@@ -110,10 +111,8 @@ def test_upkeep_of_a_large_idle_pool_is_linear() -> None:
 def test_between_sweeps_the_pool_is_not_walked_and_a_closed_connection_is_not_handed_out(
     monkeypatch: Any,
 ) -> None:
-    import providers.transports.pool as pool_module
-
     now = [1000.0]
-    monkeypatch.setattr(pool_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("providers.transports.pool.time.monotonic", lambda: now[0])
     n = 300
     pool = _pool(LinearConnectionPool, ["idle"] * n, keep=n)
     pool._next_sweep = 0.0
@@ -136,7 +135,7 @@ def test_between_sweeps_the_pool_is_not_walked_and_a_closed_connection_is_not_ha
         pool._assign_requests_to_connections()
     assert walked == 0
     assert first in pool._connections  # dropped by the next sweep
-    now[0] += pool_module.SWEEP_SECONDS
+    now[0] += SWEEP_SECONDS
     pool._assign_requests_to_connections()
     assert first not in pool._connections and len(pool._connections) == n - 1
 
@@ -222,7 +221,8 @@ async def test_a_request_on_a_pooled_connection_goes_out_without_a_loop_turn(
             request = UpstreamRequest(f"http://127.0.0.1:{port}/run", json={})
             for _ in range(2):  # the first connects (loop turns); the second reuses it
                 written_at.clear()
-                events = transport.open(request, AbortSignal())
+                # SSETransport.open is an async generator: it has aclose.
+                events = cast(AsyncGenerator[Any, None], transport.open(request, AbortSignal()))
                 loop.call_soon(tick)
                 asked_at = turns
                 assert (await anext(events)).data == "ok"

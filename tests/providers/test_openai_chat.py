@@ -192,7 +192,7 @@ async def test_http_error_from_the_upstream() -> None:
 
 
 def test_request_builder() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {
             "role": "user",

@@ -27,7 +27,7 @@ class GeneralPathProvider(OpenAIChatProvider):
         apply_chunk(self.model_run(ctx).call, ctx, decode_chunk(_chunk_data(chunk)))
 
 
-TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 INDEX = st.sampled_from([0, 0, 0, 1, 2, "0", None])
 FINISH = st.sampled_from(["stop", "length", "tool_calls", "content_filter", "", None])
 ROLE = st.sampled_from(["assistant", "user", None])

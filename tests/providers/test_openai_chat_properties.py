@@ -16,7 +16,7 @@ from providers.transports import IterableTransport
 from providers.validator import validate_agent_provider_events
 from tests.providers.replay_helpers import assistant_texts, reasoning_texts, tool_calls
 
-TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
 
 
 def split(text: str, cuts: list[int]) -> list[str]:

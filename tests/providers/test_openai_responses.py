@@ -103,7 +103,7 @@ def test_request_is_stateless_whatever_params_say() -> None:
 
 
 def test_user_parts_and_system_entries() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {
             "role": "user",
@@ -146,7 +146,7 @@ def test_kept_turns_are_sent_back_once_each_and_in_order() -> None:
     remember_response_turn(transcript, [reasoning, call])
     remember_response_turn(transcript, [message])
     remember_response_turn(transcript, [dict(message)])  # the same text in a later turn
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "q"},
         {
             "role": "assistant",
@@ -566,7 +566,7 @@ def test_builtin_tools_of_openai_never_travel_as_function_calls() -> None:
         "role": "assistant",
         "content": [{"type": "output_text", "text": "News."}],
     }
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": "news?"},
         {
             "role": "assistant",

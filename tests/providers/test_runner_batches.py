@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.factory import EventFactory
-from providers.contract import AGENT_EVENT_PROTOCOL, Capabilities, RunOptions
+from providers.contract import AGENT_EVENT_PROTOCOL, AgentTransport, Capabilities, RunOptions
 from providers.errors import AbortError, ProviderError
 from providers.runner import AgentProviderProtocolError, run_agent_provider
 from providers.signal import AbortSignal
@@ -59,10 +59,16 @@ class BatchTransport:
             self.reads_taken += 1
             yield read
 
+    async def open(self, request: Any, signal: AbortSignal) -> AsyncIterator[str]:
+        """The transport contract's chunk by chunk reading (the runner takes the batches)."""
+        async for read in self.open_batches(request, signal):
+            for chunk in read:
+                yield chunk
+
 
 @dataclasses.dataclass
 class ScriptedProvider:
-    transport: BatchTransport
+    transport: AgentTransport
     id: str = "scripted"
     protocol: Mapping[str, str] = dataclasses.field(default_factory=lambda: AGENT_EVENT_PROTOCOL)
     capabilities: Capabilities = dataclasses.field(

@@ -208,8 +208,9 @@ async def test_undeclared_transport_and_consumer_errors() -> None:
     async def on_event(_event: dict[str, Any]) -> None:
         raise consumer_error
 
+    text_input: Any = "hello"  # the fixture provider takes any input, as collect() passes it
     with pytest.raises(RuntimeError) as caught:
-        await run_agent_provider(supported, "hello", options("s", "r"), on_event)
+        await run_agent_provider(supported, text_input, options("s", "r"), on_event)
     assert caught.value is consumer_error
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from core.factory import EventFactory
-from providers.contract import AGENT_EVENT_PROTOCOL, Capabilities, RunOptions
+from providers.contract import AGENT_EVENT_PROTOCOL, AgentTransport, Capabilities, RunOptions
 from providers.runner import AgentProviderProtocolError, run_agent_provider
 from providers.signal import AbortSignal
 from providers.transports import IterableTransport
@@ -42,7 +42,7 @@ class _DeltaProvider:
 
     def __init__(self, declared: tuple[str, ...], event: dict[str, Any] | None = None) -> None:
         self.capabilities = Capabilities(event_types=declared, transports=("async-iterable",))
-        self.transport = IterableTransport(lambda _r, _s: ["c"])
+        self.transport: AgentTransport = IterableTransport(lambda _r, _s: ["c"])
         self.event = event
 
     def create_context(self, options: RunOptions) -> EventFactory:

@@ -9,6 +9,25 @@
 //   for (const event of events) state = reduceAgentState(state, event);
 //   projectMessages(state); // [{ id, message, status }]
 
+/**
+ * @typedef {import("./agent-reducer.js").AgentEvent} AgentEvent
+ * @typedef {import("./agent-reducer.js").AgentProtocolIssue} AgentProtocolIssue
+ * @typedef {import("./agent-reducer.js").AgentState} AgentState
+ * @typedef {import("./agent-reducer.js").ApplyOutcome} ApplyOutcome
+ * @typedef {import("./agent-reducer.js").EntityKind} EntityKind
+ * @typedef {import("./agent-reducer.js").EntityMapName} EntityMapName
+ * @typedef {import("./agent-reducer.js").IssueCode} IssueCode
+ * @typedef {import("./agent-reducer.js").MessageContent} MessageContent
+ * @typedef {import("./agent-reducer.js").MessageState} MessageState
+ * @typedef {import("./agent-reducer.js").ProjectedMessage} ProjectedMessage
+ * @typedef {import("./agent-reducer.js").ValidationProblem} ValidationProblem
+ */
+/**
+ * A JSON object being checked or folded: its fields are checked at run time, hence `any`.
+ * @typedef {Record<string, any>} Json
+ */
+/** Where in a payload, and what is wrong; null when nothing is. @typedef {[string, string] | null} Problem */
+
 export const PROTOCOL_VERSION = "0.1";
 
 /** The 32 event types, in the protocol's order. */
@@ -28,7 +47,10 @@ export const EVENT_TYPES = Object.freeze([
 export const APPROVAL_DECISIONS = Object.freeze(["approved", "rejected", "modified", "expired"]);
 export const TERMINAL_STATUSES = Object.freeze(["completed", "failed", "cancelled"]);
 
-/** kind -> [state map, payload id field, label used in issue messages] */
+/**
+ * kind -> [state map, payload id field, label used in issue messages]
+ * @type {Record<EntityKind, [EntityMapName, string, string]>}
+ */
 const KINDS = {
   message: ["messages", "messageId", "Message"],
   reasoning: ["reasoning", "reasoningId", "Reasoning"],
@@ -40,19 +62,27 @@ const KINDS = {
 export const ENTITY_MAPS = Object.freeze(
   Object.fromEntries(Object.entries(KINDS).map(([kind, [map]]) => [kind, map])),
 );
+/** @type {Record<string, EntityKind>} */
 const START_TYPES = {
   "message.started": "message", "reasoning.started": "reasoning", "tool.requested": "tool",
   "approval.requested": "approval", "task.created": "task", "artifact.created": "artifact",
 };
 const RUN_TERMINAL_TYPES = new Set(["run.completed", "run.failed", "run.cancelled"]);
+/** @type {Set<string>} */
 const TERMINAL = new Set(TERMINAL_STATUSES);
 
+/** @param {object} obj @param {PropertyKey} key */
 const hasOwn = (obj, key) => Object.prototype.hasOwnProperty.call(obj, key);
+/** @param {Json} obj @param {string} key @returns {any} */
 const get = (obj, key) => (hasOwn(obj, key) ? obj[key] : undefined);
+/** @param {unknown} v @returns {v is Json} */
 const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+/** @param {unknown} v @returns {v is string} */
 const isNonEmptyString = (v) => typeof v === "string" && v !== "";
+/** @param {unknown} v @returns {v is number} */
 const isFiniteNumber = (v) => typeof v === "number" && Number.isFinite(v);
 // An own property even for a key such as "__proto__" (a plain assignment would set the prototype).
+/** @param {object} obj @param {string} key @param {unknown} value */
 const setOwn = (obj, key, value) => {
   Object.defineProperty(obj, key, { value, enumerable: true, writable: true, configurable: true });
 };
@@ -61,6 +91,7 @@ const setOwn = (obj, key, value) => {
 // Keys
 
 /** Key of an entity in the state's maps: `${runId.length}:${runId}${id}` (UTF-16 length). */
+/** @param {string} runId @param {string} id */
 export function entityKey(runId, id) {
   return `${runId.length}:${runId}${id}`;
 }
@@ -74,15 +105,20 @@ export const eventKey = entityKey;
 const NON_EMPTY = "must be a non-empty string";
 const OPT_STR = "must be a string when present";
 
+/** @param {Json} p @param {string} key @returns {Problem} */
 const optStr = (p, key) =>
   hasOwn(p, key) && typeof p[key] !== "string" ? [`.${key}`, OPT_STR] : null;
+/** @param {Json} p @param {string} key @returns {Problem} */
 const reqStr = (p, key) => (isNonEmptyString(get(p, key)) ? null : [`.${key}`, NON_EMPTY]);
+/** @param {Json} p @param {string} key @returns {Problem} */
 const optBool = (p, key) =>
   hasOwn(p, key) && typeof p[key] !== "boolean"
     ? [`.${key}`, "must be a boolean when present"] : null;
+/** @param {Json} p @param {string} key @returns {Problem} */
 const optFinite = (p, key) =>
   hasOwn(p, key) && !isFiniteNumber(p[key])
     ? [`.${key}`, "must be a finite number when present"] : null;
+/** @param {...() => Problem} checks @returns {Problem} */
 const first = (...checks) => {
   for (const check of checks) {
     const problem = check();
@@ -91,6 +127,7 @@ const first = (...checks) => {
   return null;
 };
 
+/** @param {unknown} value @param {string} where @returns {Problem} */
 function errorProblem(value, where) {
   if (!isObject(value)) return [where, "must be an AgentError object"];
   if (!isNonEmptyString(get(value, "message"))) return [`${where}.message`, NON_EMPTY];
@@ -101,6 +138,7 @@ function errorProblem(value, where) {
   return null;
 }
 
+/** @param {unknown} value @param {string} where @returns {Problem} */
 function contentProblem(value, where) {
   if (typeof value === "string") return null;
   if (!Array.isArray(value)) return [where, "must be a string or an array of content parts"];
@@ -126,16 +164,26 @@ function contentProblem(value, where) {
   return null;
 }
 
+/** @param {Json} p @param {string} key @returns {Problem} */
 const optContent = (p, key) => (hasOwn(p, key) ? contentProblem(p[key], `.${key}`) : null);
+/** @param {Json} p */
 const withError = (p) => errorProblem(get(p, "error"), ".error");
+/** @param {Json} p */
 const withReason = (p) => optStr(p, "reason");
+/** @param {Json} p @returns {Problem} */
 const stringDelta = (p) => (typeof get(p, "delta") === "string" ? null : [".delta", "must be a string"]);
 const nothing = () => null;
 
+/**
+ * @param {string} key
+ * @param {(p: Json) => Problem} rest
+ * @returns {(p: Json) => Problem}
+ */
 function withId(key, rest) {
   return (p) => (isNonEmptyString(get(p, key)) ? rest(p) : [`.${key}`, NON_EMPTY]);
 }
 
+/** @type {Record<string, (p: Json) => Problem>} */
 const PAYLOAD_CHECKS = {
   "session.started": (p) => optStr(p, "title"),
   "run.started": nothing,
@@ -205,7 +253,9 @@ const PAYLOAD_CHECKS = {
 };
 
 /** Why `data` is not a valid AgentEvent (`{ path, reason }`), or null when it is one. */
+/** @param {unknown} data @returns {ValidationProblem | null} */
 export function validateEvent(data) {
+  /** @param {string} path @param {string} reason */
   const problem = (path, reason) => ({ path, reason });
   if (!isObject(data)) return problem("$", "must be an object");
   if (get(data, "protocolVersion") !== PROTOCOL_VERSION) {
@@ -238,6 +288,7 @@ export function validateEvent(data) {
 }
 
 /** True when `data` is a valid AgentEvent. */
+/** @param {unknown} data @returns {data is AgentEvent} */
 export function isAgentEvent(data) {
   return validateEvent(data) === null;
 }
@@ -246,6 +297,7 @@ export function isAgentEvent(data) {
 // State (protocol.md §3)
 
 /** An empty AgentState. */
+/** @returns {AgentState} */
 export function createInitialAgentState() {
   return {
     sessions: {}, runs: {}, messages: {}, reasoning: {}, toolCalls: {}, approvals: {},
@@ -254,6 +306,19 @@ export function createInitialAgentState() {
 }
 
 // Issue texts, as the reference reducer words them.
+/**
+ * @type {{
+ *   sequence: (sequence: number, last: number, runId: string) => string,
+ *   sessionMismatch: (runId: string, runSession: string, eventSession: string) => string,
+ *   runNotRunning: (runId: string, status: string) => string,
+ *   missingRun: (runId: string, type: string) => string,
+ *   duplicateSession: (sessionId: string) => string,
+ *   duplicateRun: (runId: string) => string,
+ *   duplicateEntity: (kind: EntityKind, id: string) => string,
+ *   missingEntity: (kind: EntityKind, id: string) => string,
+ *   terminalEntity: (kind: EntityKind, id: string, status: string) => string,
+ * }}
+ */
 const issueText = {
   sequence: (sequence, last, runId) =>
     `Sequence ${sequence} must be greater than ${last} for run "${runId}".`,
@@ -271,19 +336,23 @@ const issueText = {
 };
 
 // `record[key] = source[key]`, where an absent source key means "no key".
+/** @param {Json} record @param {Json} source @param {string} key */
 function copyOpt(record, source, key) {
   if (hasOwn(source, key)) record[key] = source[key];
   else delete record[key];
 }
 
 // `record[key] = source[key] ?? record[key]`.
+/** @param {Json} record @param {Json} source @param {string} key */
 function coalesce(record, source, key) {
   const value = get(source, key);
   if (value !== undefined && value !== null) record[key] = value;
 }
 
+/** @param {EntityKind} kind @param {string} id @param {Json} event @returns {Json} */
 function startEntity(kind, id, event) {
   const p = event.payload;
+  /** @type {Json} */
   const record = { id, runId: event.runId };
   if (hasOwn(event, "parentId")) record.parentId = event.parentId;
   let status = "streaming";
@@ -321,12 +390,15 @@ function startEntity(kind, id, event) {
 }
 
 /** `appendMessageContent`: strings concatenate, otherwise both become part lists. */
+/** @param {MessageContent} content @param {MessageContent} delta @returns {MessageContent} */
 export function appendContent(content, delta) {
   if (typeof content === "string" && typeof delta === "string") return content + delta;
+  /** @param {MessageContent} v */
   const parts = (v) => (typeof v === "string" ? [{ type: "text", text: v }] : [...v]);
   return [...parts(content), ...parts(delta)];
 }
 
+/** @param {Json} entity @param {Json} event @returns {Json} */
 function followUp(entity, event) {
   const p = event.payload;
   const dot = event.type.indexOf(".");
@@ -372,10 +444,12 @@ function followUp(entity, event) {
   return r;
 }
 
+/** @param {IssueCode} code @param {Json} event @param {string} message @returns {AgentProtocolIssue} */
 function issue(code, event, message) {
   return { code, eventId: event.eventId, runId: event.runId, message };
 }
 
+/** @param {AgentState} state @param {Json} event */
 function requireRun(state, event) {
   return hasOwn(state.runs, event.runId)
     ? null : issue("missing_run", event, issueText.missingRun(event.runId, event.type));
@@ -383,6 +457,11 @@ function requireRun(state, event) {
 
 // The decision for one valid, not yet processed event: `{ issue }` or `{ patch }` (the state
 // keys it replaces, copied with the change; the processed-event ledger is left to the caller).
+/**
+ * @param {AgentState} state
+ * @param {Json} event
+ * @returns {{ issue?: AgentProtocolIssue, patch?: Json }}
+ */
 function decide(state, event) {
   const { runId, type } = event;
   const last = get(state.lastSequenceByRun, runId);
@@ -408,6 +487,7 @@ function decide(state, event) {
     if (hasOwn(state.sessions, sessionId)) {
       return { issue: issue("duplicate_entity", event, issueText.duplicateSession(sessionId)) };
     }
+    /** @type {Json} */
     const session = { id: sessionId };
     if (hasOwn(p, "title")) session.title = p.title;
     session.createdAt = ts;
@@ -417,6 +497,7 @@ function decide(state, event) {
     if (current !== undefined) {
       return { issue: issue("duplicate_entity", event, issueText.duplicateRun(runId)) };
     }
+    /** @type {Json} */
     const run = { id: runId, sessionId: event.sessionId, status: "running" };
     if (hasOwn(p, "input")) run.input = p.input;
     run.createdAt = ts;
@@ -427,15 +508,17 @@ function decide(state, event) {
     const missing = requireRun(state, event);
     if (missing) return { issue: missing };
     const ended = { ...current, status: type.slice(4) };
-    const owned = { "run.completed": ["output", "usage"], "run.failed": ["error"],
-      "run.cancelled": ["reason"] }[type];
+    /** @type {Record<string, string[]>} */
+    const ownedBy = { "run.completed": ["output", "usage"], "run.failed": ["error"],
+      "run.cancelled": ["reason"] };
+    const owned = ownedBy[type];
     for (const field of owned) copyOpt(ended, p, field);
     ended.updatedAt = ts;
     return { patch: { runs: { ...state.runs, [runId]: ended } } };
   }
 
   const startKind = get(START_TYPES, type);
-  const kind = startKind ?? type.slice(0, type.indexOf("."));
+  const kind = /** @type {EntityKind} */ (startKind ?? type.slice(0, type.indexOf(".")));
   const [mapName, idField] = KINDS[kind];
   const id = p[idField];
   const key = entityKey(runId, id);
@@ -467,11 +550,17 @@ function decide(state, event) {
  * Fold one event into `state` and return the next state; `state` is never mutated.
  * An invalid or already processed event returns the very same `state` object.
  */
+/**
+ * @param {AgentState} state
+ * @param {any} event anything: checked by validateEvent first
+ * @returns {AgentState}
+ */
 export function reduceAgentState(state, event) {
   if (validateEvent(event) !== null) return state;
   const ekey = eventKey(event.runId, event.eventId);
   if (hasOwn(state.processedEventIds, ekey)) return state;
   const { issue: problem, patch } = decide(state, event);
+  /** @type {AgentState} */
   const next = { ...state, ...patch, processedEventIds: { ...state.processedEventIds, [ekey]: true } };
   if (problem) next.issues = [...state.issues, problem];
   else next.lastSequenceByRun = { ...state.lastSequenceByRun, [event.runId]: event.sequence };
@@ -484,6 +573,11 @@ export function reduceAgentState(state, event) {
  * there instead of a copy of the whole history. Returns `{ state, outcome }`, outcome one of
  * "invalid", "duplicate", "accepted" or the issue the event raised; a new state object
  * whenever the event was folded.
+ */
+/**
+ * @param {AgentState} state
+ * @param {any} event anything: checked by validateEvent first
+ * @returns {{ state: AgentState, outcome: ApplyOutcome }}
  */
 export function applyAgentEvent(state, event) {
   if (validateEvent(event) !== null) return { state, outcome: "invalid" };
@@ -504,6 +598,7 @@ export function applyAgentEvent(state, event) {
 // Projection (protocol.md §8)
 
 /** useXChat status of one message: error, abort, local, success or updating. */
+/** @param {MessageState} message @returns {import("./agent-reducer.js").MessageStatus} */
 export function messageStatus(message) {
   if (message.status === "failed") return "error";
   if (message.status === "cancelled") return "abort";
@@ -513,7 +608,9 @@ export function messageStatus(message) {
 }
 
 /** `[{ id: entityKey(runId, id), message, status }]` for every message, in `order`. */
+/** @param {AgentState} state */
 export function projectMessages(state) {
+  /** @type {ProjectedMessage[]} */
   const out = [];
   for (const ref of state.order) {
     if (ref.kind !== "message") continue;
@@ -526,6 +623,7 @@ export function projectMessages(state) {
 }
 
 /** True while any run is `running`. */
+/** @param {AgentState} state */
 export function isRequesting(state) {
   return Object.values(state.runs).some((run) => run.status === "running");
 }

@@ -20,15 +20,42 @@ import { AbstractChatProvider, AbstractXRequestClass } from "@ant-design/x-sdk";
 import { applyAgentEvent, createInitialAgentState, entityKey } from "./agent-reducer.js";
 import { readSSE } from "./sse.js";
 
+/**
+ * @typedef {import("./agent-reducer.js").AgentState} AgentState
+ * @typedef {import("./agent-reducer.js").EntityKind} EntityKind
+ * @typedef {import("./agent-reducer.js").MessageContent} MessageContent
+ * @typedef {import("./chat-provider.js").AgentChatAssistantMessage} AgentChatAssistantMessage
+ * @typedef {import("./chat-provider.js").AgentChatChunk} AgentChatChunk
+ * @typedef {import("./chat-provider.js").AgentChatInput} AgentChatInput
+ * @typedef {import("./chat-provider.js").AgentChatMessage} AgentChatMessage
+ * @typedef {import("./chat-provider.js").AgentGatewayChatProviderOptions} AgentGatewayChatProviderOptions
+ * @typedef {import("./chat-provider.js").AgentGatewayRequestOptions} AgentGatewayRequestOptions
+ * @typedef {import("./chat-provider.js").ChatMessageInfo} ChatMessageInfo
+ * @typedef {import("@ant-design/x-sdk").XRequestOptions<AgentChatInput, AgentChatChunk, AgentChatMessage>} XRequestOptions
+ */
+/**
+ * One request's stream: its Idempotency-Key, its run once known, and how it is being ended.
+ * @typedef {{
+ *   key: string, runId: string | undefined, aborting: boolean, detached: boolean, cut: null,
+ *   controller?: AbortController, abortTimer?: ReturnType<typeof setTimeout>, abortError?: unknown,
+ * }} Current
+ */
+
+/** @type {Set<unknown>} */
 const RUN_TERMINALS = new Set(["run.completed", "run.failed", "run.cancelled"]);
 /** The response header naming the run a `?stream=true` answer is for (http-api.md). */
 const RUN_ID_HEADER = "x-run-id";
+/** @type {Record<EntityKind, import("./agent-reducer.js").EntityMapName>} */
 const MAP_OF_KIND = {
   message: "messages", reasoning: "reasoning", tool: "toolCalls", approval: "approvals",
   task: "tasks", artifact: "artifacts",
 };
 
 export class GatewayRequestError extends Error {
+  /**
+   * @param {number} status
+   * @param {any} body the answer's JSON (an error document, or anything else)
+   */
   constructor(status, body) {
     const err = (body && body.error) || {};
     super(err.message || `HTTP ${status}`);
@@ -39,6 +66,7 @@ export class GatewayRequestError extends Error {
   }
 }
 
+/** @param {string} [message] */
 function abortError(message = "The run was aborted") {
   const err = new Error(message);
   err.name = "AbortError";
@@ -50,19 +78,29 @@ function newKey() {
   return `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
 }
 
+/** @param {number} ms @returns {Promise<void>} */
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------------------------
 // Folding a run's events into the message useXChat renders
 
 /** The text of message content (a string, or parts whose `text` is joined). */
+/** @param {MessageContent | undefined} content @returns {string} */
 export function contentText(content) {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
   return content.map((part) => (typeof part?.text === "string" ? part.text : "")).join("");
 }
 
+/**
+ * @template {EntityKind} K
+ * @param {AgentState} state
+ * @param {K} kind
+ * @param {string} runId
+ * @returns {any[]} the entities of that kind (the map's own type)
+ */
 function entitiesOf(state, kind, runId) {
+  /** @type {Record<string, unknown>} */
   const map = state[MAP_OF_KIND[kind]];
   const out = [];
   for (const ref of state.order) {
@@ -78,9 +116,15 @@ function entitiesOf(state, kind, runId) {
  * status and error, and its entities in stream order. `state` stays on the message so that the
  * next event folds into it.
  */
+/**
+ * @param {AgentState} state
+ * @param {string | undefined} runId
+ * @returns {AgentChatAssistantMessage}
+ */
 export function assistantMessage(state, runId) {
   const run = runId && Object.hasOwn(state.runs, runId) ? state.runs[runId] : undefined;
   const messages = runId ? entitiesOf(state, "message", runId).filter((m) => m.role !== "user") : [];
+  /** @type {AgentChatAssistantMessage} */
   const message = {
     role: "assistant",
     content: messages.map((m) => contentText(m.content)).filter(Boolean).join("\n\n"),
@@ -100,6 +144,7 @@ export function assistantMessage(state, runId) {
 }
 
 /** The run a chunk names first: the request's run when the gateway did not name it. */
+/** @param {AgentChatChunk | undefined} chunk */
 function runIdOfChunk(chunk) {
   if (chunk?.type === "run.started") return chunk.runId;
   if (chunk?.type === "snapshot") return chunk.runId;
@@ -111,9 +156,16 @@ function runIdOfChunk(chunk) {
  * the request's run when known (the stream's `X-Run-Id`): the stream may begin with the end of
  * runs queued before it, so its first `run.started` is not always the request's.
  */
+/**
+ * @param {AgentChatMessage | undefined} message
+ * @param {AgentChatChunk} chunk
+ * @param {string} [runId]
+ * @returns {AgentChatAssistantMessage}
+ */
 export function foldChunk(message, chunk, runId = undefined) {
-  const base = message?.state ?? createInitialAgentState();
-  runId = message?.runId ?? runId ?? runIdOfChunk(chunk);
+  const prior = /** @type {Partial<AgentChatAssistantMessage> | undefined} */ (message); // a user message has neither
+  const base = prior?.state ?? createInitialAgentState();
+  runId = prior?.runId ?? runId ?? runIdOfChunk(chunk);
   let state = base;
   if (chunk?.type === "snapshot") {
     state = structuredClone(chunk.agentState ?? createInitialAgentState());
@@ -124,20 +176,24 @@ export function foldChunk(message, chunk, runId = undefined) {
   return assistantMessage(state, runId);
 }
 
+/** @type {Record<string, ChatMessageInfo["status"]>} */
 const UI_STATUS = { running: "updating", completed: "success", failed: "error", cancelled: "abort" };
 
 /**
  * useXChat `MessageInfo`s of a conversation's snapshot state: per run, the user's turn and the
  * assistant message (for `defaultMessages`, so a reloaded page shows the conversation again).
  */
+/** @param {AgentState} agentState @returns {ChatMessageInfo[]} */
 export function messagesFromState(agentState) {
   const runs = Object.values(agentState?.runs ?? {}).sort((a, b) => a.createdAt - b.createdAt);
+  /** @type {ChatMessageInfo[]} */
   const out = [];
   for (const run of runs) {
     const user = entitiesOf(agentState, "message", run.id).filter((m) => m.role === "user");
+    const asked = /** @type {{ prompt?: unknown } | undefined} */ (run.input)?.prompt;
     const prompt = user.length
       ? user.map((m) => contentText(m.content)).join("\n")
-      : typeof run.input?.prompt === "string" ? run.input.prompt : "";
+      : typeof asked === "string" ? asked : "";
     if (prompt) {
       out.push({ id: `${run.id}:user`, message: { role: "user", content: prompt }, status: "local" });
     }
@@ -158,13 +214,23 @@ export function messagesFromState(agentState) {
  * gateway's `/v1/conversations` URL; `options` as XRequest's, plus `conversationKey`,
  * `provider`, `multitask`, `accessToken` and `abortTimeout` (ms to wait for `run.cancelled`).
  */
+/** @extends {AbstractXRequestClass<AgentChatInput, AgentChatChunk, AgentChatMessage>} */
 export class AgentGatewayRequest extends AbstractXRequestClass {
-  constructor(baseURL, options = {}) {
+  /**
+   * @param {string} baseURL
+   * @param {AgentGatewayRequestOptions} options
+   */
+  constructor(baseURL, options = /** @type {AgentGatewayRequestOptions} */ ({})) {
     super(baseURL, { retryInterval: 500, retryTimes: 5, abortTimeout: 10000, ...options, manual: true });
+    /** @type {AgentGatewayRequestOptions} */
+    this.options; // declares the type of the base class's options (reads it, no effect)
     this._isRequesting = false;
     this._isTimeout = false;
+    /** @type {AbortController | null} */
     this._controller = null;
+    /** @type {Promise<void>} */
     this._asyncHandler = Promise.resolve();
+    /** @type {Current | null} */
     this._current = null;
   }
 
@@ -181,8 +247,10 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
   get conversationKey() { return this.options.conversationKey; }
 
   /** `params` is the body of `POST …/runs` (`{input, provider?, multitask?}`), or `{reload: true, …}`. */
+  /** @param {AgentChatInput} [params] */
   run(params = {}) {
     const { reload, ...body } = params;
+    /** @type {Current} */
     const current = { key: newKey(), runId: undefined, aborting: false, detached: false, cut: null };
     this._current = current;
     this._isRequesting = true;
@@ -208,10 +276,12 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
     this._cut(current);
   }
 
+  /** @param {Current} current */
   _cut(current) {
     if (current.controller) current.controller.abort();
   }
 
+  /** @param {Current} current */
   _postAbort(current) {
     this._post("abort", { runId: current.runId }).catch((err) => {
       current.abortError = err;
@@ -219,22 +289,34 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
     });
   }
 
+  /** @param {string} tail */
   _url(tail) {
     const base = this.baseURL.replace(/\/$/, "");
     return `${base}/${encodeURIComponent(this.options.conversationKey)}/${tail}`;
   }
 
+  /** @param {Record<string, string>} [extra] */
   _headers(extra = {}) {
+    /** @type {Record<string, string>} */
     const headers = { "content-type": "application/json", ...(this.options.headers ?? {}), ...extra };
     if (this.options.accessToken) headers.authorization = `Bearer ${this.options.accessToken}`;
     return headers;
   }
 
+  /**
+   * @param {string} url
+   * @param {{ method?: string, headers: Record<string, string>, body?: string, signal?: AbortSignal }} init
+   */
   _fetch(url, init) {
     const fetchImpl = this.options.fetch ?? globalThis.fetch.bind(globalThis);
     return fetchImpl(url, init);
   }
 
+  /**
+   * @param {string} tail
+   * @param {unknown} body
+   * @returns {Promise<any>} the answer's JSON
+   */
   async _post(tail, body) {
     const r = await this._fetch(this._url(tail), {
       method: "POST", headers: this._headers(), body: JSON.stringify(body),
@@ -244,14 +326,24 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
     return data;
   }
 
+  /**
+   * @param {Current} current
+   * @param {string} route
+   * @param {Record<string, unknown>} body
+   */
   async _drive(current, route, body) {
+    /** @returns {Partial<NonNullable<XRequestOptions["callbacks"]>>} */
     const callbacks = () => this.options.callbacks ?? {};
+    /** @type {AgentChatChunk[]} */
     const chunks = [];
     let headers = new Headers();
+    /** @type {string | undefined} */
     let lastEventId;
     let failures = 0;
     let ended = false;
+    /** @type {string | undefined} */
     let terminal;
+    /** @param {AgentChatChunk} chunk */
     const onChunk = (chunk) => {
       chunks.push(chunk);
       callbacks().onUpdate?.(chunk, headers);
@@ -261,6 +353,7 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
         const controller = new AbortController();
         current.controller = controller;
         try {
+          /** @type {Record<string, string>} */
           const extra = { "idempotency-key": current.key, accept: "text/event-stream" };
           if (lastEventId !== undefined) extra["last-event-id"] = lastEventId;
           const response = await this._fetch(this._url(`${route}?stream=true`), {
@@ -272,7 +365,8 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
           }
           headers = response.headers;
           this._sawRun(current, headers.get(RUN_ID_HEADER) ?? undefined);
-          for await (const frame of readSSE(response.body)) {
+          const stream = /** @type {ReadableStream<Uint8Array>} */ (response.body); // a 200 has one
+          for await (const frame of readSSE(stream)) {
             if (frame.id !== undefined) lastEventId = frame.id;
             failures = 0;
             if (frame.event === "snapshot") {
@@ -294,7 +388,7 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
           }
           // The stream ended before this run's terminal: a dropped connection; resume below.
           if (!ended) throw new TypeError("the stream ended before the run did");
-        } catch (err) {
+        } catch (/** @type {any} */ err) {
           if (current.detached) throw abortError("The stream was detached");
           if (current.aborting && (err?.name === "AbortError")) {
             throw current.abortError ?? abortError();
@@ -302,8 +396,8 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
           if (err instanceof GatewayRequestError && !(err.status >= 500 || err.status === 429)) throw err;
           if (err instanceof SyntaxError) throw err; // a frame that is not JSON: not retryable
           failures += 1;
-          if (failures > this.options.retryTimes) throw err;
-          await sleep(this.options.retryInterval);
+          if (failures > (this.options.retryTimes ?? Infinity)) throw err; // as `> undefined`
+          await sleep(this.options.retryInterval ?? 0);
         }
       }
       this._finish(current);
@@ -318,12 +412,14 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
     }
   }
 
+  /** @param {Current} current @param {string | undefined} runId */
   _sawRun(current, runId) {
     if (!runId || current.runId) return;
     current.runId = runId;
     if (current.aborting) this._postAbort(current);
   }
 
+  /** @param {Current} current */
   _finish(current) {
     clearTimeout(current.abortTimer);
     if (this._current === current) this._isRequesting = false;
@@ -338,7 +434,9 @@ export class AgentGatewayRequest extends AbstractXRequestClass {
  * same origin), `conversationKey`, `provider` (gateway provider name; `setGatewayProvider`
  * switches it), `multitask`, `accessToken`, `headers`, `fetch`, `retryInterval`, `retryTimes`.
  */
+/** @extends {AbstractChatProvider<AgentChatMessage, AgentChatInput, AgentChatChunk>} */
 export class AgentGatewayChatProvider extends AbstractChatProvider {
+  /** @param {AgentGatewayChatProviderOptions} [options] */
   constructor(options = {}) {
     const baseUrl = (options.baseUrl ?? "").replace(/\/$/, "");
     const conversationKey = options.conversationKey ?? "default";
@@ -351,16 +449,26 @@ export class AgentGatewayChatProvider extends AbstractChatProvider {
     this.baseUrl = baseUrl;
   }
 
+  /** @returns {AgentGatewayRequest} */
+  get request() { return /** @type {AgentGatewayRequest} */ (super.request); }
   get conversationKey() { return this.request.options.conversationKey; }
   get gatewayProvider() { return this.request.options.provider ?? null; }
   /** The gateway provider the next runs use (the hook and its messages stay as they are). */
+  /** @param {string | null} name */
   setGatewayProvider(name) { this.request.options.provider = name || undefined; }
   /** The gateway run of the current (or last) request. */
   get runId() { return this.request.runId; }
 
+  /**
+   * @param {Partial<AgentChatInput>} requestParams
+   * @param {XRequestOptions} options
+   * @returns {AgentChatInput}
+   */
   transformParams(requestParams, options) {
+    /** @type {Partial<AgentChatInput>} */
     const merged = { ...(options?.params ?? {}), ...(requestParams ?? {}) };
     const { prompt, input, provider, multitask, reload, ...extra } = merged;
+    /** @type {AgentChatInput} */
     const body = {};
     if (input !== undefined) body.input = input;
     else if (prompt !== undefined) body.input = { prompt, ...extra };
@@ -372,42 +480,56 @@ export class AgentGatewayChatProvider extends AbstractChatProvider {
     return body;
   }
 
+  /** @param {Partial<AgentChatInput>} requestParams @returns {AgentChatMessage} */
   transformLocalMessage(requestParams) {
-    const input = requestParams?.input;
+    const input = /** @type {{ prompt?: string, content?: MessageContent } | undefined} */ (
+      requestParams?.input
+    );
     const prompt = requestParams?.prompt ?? input?.prompt ?? contentText(input?.content);
     return { role: "user", content: prompt ?? "" };
   }
 
+  /**
+   * @param {import("@ant-design/x-sdk").TransformMessage<AgentChatMessage, AgentChatChunk>} info
+   * @returns {AgentChatMessage}
+   */
   transformMessage({ originMessage, chunk, chunks, responseHeaders }) {
     const runId = responseHeaders?.get?.(RUN_ID_HEADER) ?? undefined;
     if (chunk !== undefined) return foldChunk(originMessage, chunk, runId);
     if (originMessage) return originMessage;
-    return (chunks ?? []).reduce((message, item) => foldChunk(message, item, runId), undefined)
+    const none = /** @type {AgentChatMessage | undefined} */ (undefined);
+    return (chunks ?? []).reduce((message, item) => foldChunk(message, item, runId), none)
       ?? assistantMessage(createInitialAgentState(), runId);
   }
 
   // -- commands ------------------------------------------------------------------------------
 
+  /** @param {string} approvalId @param {unknown} [data] */
   approve(approvalId, data) {
     return this._command(`approvals/${encodeURIComponent(approvalId)}`,
       data === undefined ? { decision: "approved" } : { decision: "modified", data });
   }
 
+  /** @param {string} approvalId */
   reject(approvalId) {
     return this._command(`approvals/${encodeURIComponent(approvalId)}`, { decision: "rejected" });
   }
 
+  /** @param {string} toolCallId @param {unknown} result @param {boolean} [isError] */
   submitToolResult(toolCallId, result, isError = false) {
+    /** @type {Record<string, unknown>} */
     const body = { result };
     if (isError) body.isError = true;
     return this._command(`tools/${encodeURIComponent(toolCallId)}/result`, body);
   }
 
+  /** @param {string} toolCallId */
   retryTool(toolCallId) {
     return this._command(`tools/${encodeURIComponent(toolCallId)}/retry`, {});
   }
 
   /** Cancels a run on the gateway (default: the conversation's active one). */
+  /** @param {string} [runId] */
   abortRun(runId) {
     return this._command("abort", runId ? { runId } : {});
   }
@@ -421,14 +543,17 @@ export class AgentGatewayChatProvider extends AbstractChatProvider {
     return messagesFromState(body.agentState);
   }
 
+  /** @param {string} tail @param {unknown} body */
   _command(tail, body) {
     return this.request._post(tail, body);
   }
 }
 
 /** `GET /v1/conversations`: the caller's conversations (first page), newest first. */
+/** @param {{ baseUrl?: string, accessToken?: string, fetch?: typeof fetch, limit?: number }} [options] */
 export async function listConversations({ baseUrl = "", accessToken, fetch: fetchImpl, limit } = {}) {
   const query = limit ? `?limit=${limit}` : "";
+  /** @type {Record<string, string>} */
   const headers = accessToken ? { authorization: `Bearer ${accessToken}` } : {};
   const r = await (fetchImpl ?? globalThis.fetch)(`${baseUrl.replace(/\/$/, "")}/v1/conversations${query}`, { headers });
   const body = await r.json().catch(() => null);
@@ -437,7 +562,9 @@ export async function listConversations({ baseUrl = "", accessToken, fetch: fetc
 }
 
 /** `GET /v1/providers`: the gateway's configured providers. */
+/** @param {{ baseUrl?: string, accessToken?: string, fetch?: typeof fetch }} [options] */
 export async function listProviders({ baseUrl = "", accessToken, fetch: fetchImpl } = {}) {
+  /** @type {Record<string, string>} */
   const headers = accessToken ? { authorization: `Bearer ${accessToken}` } : {};
   const r = await (fetchImpl ?? globalThis.fetch)(`${baseUrl.replace(/\/$/, "")}/v1/providers`, { headers });
   const body = await r.json().catch(() => null);

@@ -30,10 +30,25 @@ export {
   reduceAgentState,
 } from "./agent-reducer.js";
 
+/**
+ * @typedef {import("./gateway-client.js").ClientSnapshot} ClientSnapshot
+ * @typedef {import("./gateway-client.js").ConnectionState} ConnectionState
+ * @typedef {import("./gateway-client.js").GatewayClientOptions} GatewayClientOptions
+ * @typedef {import("./gateway-client.js").RunInput} RunInput
+ * @typedef {import("./agent-reducer.js").AgentEvent} AgentEvent
+ * @typedef {import("./agent-reducer.js").AgentState} AgentState
+ * @typedef {import("./agent-reducer.js").JsonValue} JsonValue
+ * @typedef {import("./agent-reducer.js").ProjectedMessage} ProjectedMessage
+ */
+
 // ---------------------------------------------------------------------------------------------
 // Client
 
 export class GatewayError extends Error {
+  /**
+   * @param {number} status
+   * @param {any} body the answer's JSON (an error document, or anything else)
+   */
   constructor(status, body) {
     const err = (body && body.error) || {};
     super(err.message || `HTTP ${status}`);
@@ -45,6 +60,7 @@ export class GatewayError extends Error {
 
 // connection: "idle" | "connecting" | "open" | "reconnecting" | "resumed" | "closed"
 export class GatewayClient {
+  /** @param {GatewayClientOptions} [options] */
   constructor(options = {}) {
     this.baseUrl = (options.baseUrl ?? "").replace(/\/$/, "");
     this.conversationKey = options.conversationKey ?? "default";
@@ -52,20 +68,32 @@ export class GatewayClient {
     this.transport = options.transport ?? "sse";
     this.accessToken = options.accessToken ?? null;
     this.reconnectDelayMs = options.reconnectDelayMs ?? 500;
+    /** @type {typeof fetch} */
     this._fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    /** @type {Set<(client: GatewayClient) => void>} */
     this._listeners = new Set();
+    /** @type {ClientSnapshot | null} */
     this._snapshot = null;
+    /** @type {AgentState} */
     this._state = createInitialAgentState();
+    /** @type {ProjectedMessage[]} */
     this._messages = [];
+    /** @type {Record<string, unknown>} */
     this._extensions = {};
+    /** @type {string | null} */
     this._cursor = null;
     this._pending = 0;
+    /** @type {EventSource | null} */
     this._source = null;
+    /** @type {WebSocket | null} */
     this._socket = null;
+    /** @type {ReturnType<typeof setTimeout> | null} */
     this._timer = null;
     this._wantOpen = false;
     this._hadConnection = false;
+    /** @type {ConnectionState} */
     this.connection = "idle";
+    /** @type {{ code: string, message: string } | Record<string, unknown> | null} */
     this.lastError = null;
     this.counters = { events: 0, duplicates: 0, invalid: 0, snapshots: 0, reconnects: 0 };
   }
@@ -88,11 +116,13 @@ export class GatewayClient {
 
   // subscribe/getSnapshot follow React's useSyncExternalStore contract:
   //   const chat = useSyncExternalStore(client.subscribe, client.getSnapshot);
+  /** @param {(client: GatewayClient) => void} listener */
   subscribe = (listener) => {
     this._listeners.add(listener);
     return () => this._listeners.delete(listener);
   };
 
+  /** @returns {ClientSnapshot} */
   getSnapshot = () => {
     if (!this._snapshot) {
       this._snapshot = {
@@ -103,7 +133,12 @@ export class GatewayClient {
     return this._snapshot;
   };
 
+  /**
+   * @param {RunInput} input
+   * @param {{ provider?: string, multitask?: string }} [options]
+   */
   onRequest(input, { provider, multitask } = {}) {
+    /** @type {Record<string, unknown>} */
     const body = { input: typeof input === "string" ? { prompt: input } : input };
     const name = provider ?? this.provider;
     if (name) body.provider = name;
@@ -111,7 +146,12 @@ export class GatewayClient {
     return this._tracked(this._post("runs", body));
   }
 
+  /**
+   * @param {RunInput} [input]
+   * @param {{ provider?: string }} [options]
+   */
   onReload(input, { provider } = {}) {
+    /** @type {Record<string, unknown>} */
     const body = {};
     if (input !== undefined) body.input = typeof input === "string" ? { prompt: input } : input;
     const name = provider ?? this.provider;
@@ -119,22 +159,36 @@ export class GatewayClient {
     return this._tracked(this._post("reload", body));
   }
 
+  /** @param {string} [runId] */
   abort(runId) {
     return this._post("abort", runId ? { runId } : {});
   }
 
+  /**
+   * @param {string} approvalId
+   * @param {string} [decision]
+   * @param {JsonValue} [data]
+   */
   approve(approvalId, decision = "approved", data) {
+    /** @type {Record<string, unknown>} */
     const body = { decision };
     if (data !== undefined) body.data = data;
     return this._post(`approvals/${encodeURIComponent(approvalId)}`, body);
   }
 
+  /**
+   * @param {string} toolCallId
+   * @param {JsonValue} result
+   * @param {boolean} [isError]
+   */
   submitToolResult(toolCallId, result, isError = false) {
+    /** @type {Record<string, unknown>} */
     const body = { result };
     if (isError) body.isError = true;
     return this._post(`tools/${encodeURIComponent(toolCallId)}/result`, body);
   }
 
+  /** @param {string} toolCallId */
   retryTool(toolCallId) {
     return this._post(`tools/${encodeURIComponent(toolCallId)}/retry`, {});
   }
@@ -160,6 +214,7 @@ export class GatewayClient {
   }
 
   // Switch conversation: drop local state, reconnect without a resume point (fresh snapshot).
+  /** @param {string} conversationKey */
   setConversation(conversationKey) {
     const wasOpen = this._wantOpen;
     this.disconnect();
@@ -173,6 +228,7 @@ export class GatewayClient {
     if (wasOpen) this.connect();
   }
 
+  /** @param {"sse" | "ws"} transport */
   setTransport(transport) {
     const wasOpen = this._wantOpen;
     this.disconnect();
@@ -187,6 +243,7 @@ export class GatewayClient {
     this._scheduleReconnect(0);
   }
 
+  /** @param {string | null} since */
   _open(since) {
     this._closeStream();
     this._setConnection(this._hadConnection ? "reconnecting" : "connecting");
@@ -194,7 +251,9 @@ export class GatewayClient {
     else this._openEventSource(since);
   }
 
+  /** @param {string | null} since */
   _openEventSource(since) {
+    /** @type {Record<string, string>} */
     const params = {};
     if (since) params.since = since;
     const es = new EventSource(this._url(this._path("events"), params));
@@ -202,7 +261,7 @@ export class GatewayClient {
     es.onopen = () => this._opened();
     es.onmessage = (msg) => {
       if (msg.lastEventId) this._cursor = msg.lastEventId;
-      this._onEvent(JSON.parse(msg.data), msg.lastEventId);
+      this._onEvent(JSON.parse(msg.data));
     };
     es.addEventListener("snapshot", (msg) => this._onSnapshot(JSON.parse(msg.data)));
     es.addEventListener("extension", (msg) => {
@@ -224,7 +283,9 @@ export class GatewayClient {
     };
   }
 
+  /** @param {string | null} since */
   _openSocket(since) {
+    /** @type {Record<string, string>} */
     const params = {};
     if (since) params.since = since;
     const url = new URL(this._url(this._path("ws"), params), globalThis.location?.href);
@@ -237,7 +298,7 @@ export class GatewayClient {
       if (frame.type === "snapshot") this._onSnapshot(frame);
       else if (frame.type === "event") {
         this._cursor = frame.cursor;
-        this._onEvent(frame.event, frame.cursor);
+        this._onEvent(frame.event);
       } else if (frame.type === "extension") {
         this._cursor = frame.cursor;
         this._extensions = { ...this._extensions, [frame.key]: frame.value };
@@ -259,6 +320,7 @@ export class GatewayClient {
     this._hadConnection = true;
   }
 
+  /** @param {number} delay */
   _scheduleReconnect(delay) {
     if (!this._wantOpen || this._timer) return;
     this.counters.reconnects += 1;
@@ -275,6 +337,7 @@ export class GatewayClient {
     if (this._socket) { const ws = this._socket; this._socket = null; ws.close(); }
   }
 
+  /** @param {{ agentState?: AgentState, extensions?: Record<string, unknown>, cursor?: string }} snapshot */
   _onSnapshot(snapshot) {
     this.counters.snapshots += 1;
     this._state = structuredClone(snapshot.agentState ?? createInitialAgentState());
@@ -284,6 +347,7 @@ export class GatewayClient {
     this._emit();
   }
 
+  /** @param {AgentEvent} event */
   _onEvent(event) {
     const { state, outcome } = applyAgentEvent(this._state, event);
     if (outcome === "duplicate") { this.counters.duplicates += 1; return; }
@@ -296,6 +360,7 @@ export class GatewayClient {
     this._emit();
   }
 
+  /** @param {ConnectionState} value */
   _setConnection(value) {
     if (this.connection === value) return;
     this.connection = value;
@@ -311,12 +376,21 @@ export class GatewayClient {
 
   // -- HTTP -----------------------------------------------------------------------------------
 
+  /**
+   * @param {Promise<unknown>} promise
+   * @returns {Promise<unknown>}
+   */
   async _tracked(promise) {
     this._pending += 1;
     this._emit();
     try { return await promise; } finally { this._pending -= 1; this._emit(); }
   }
 
+  /**
+   * @param {string} tail
+   * @param {unknown} body
+   * @returns {Promise<any>} the answer's JSON
+   */
   async _post(tail, body) {
     const r = await this._fetch(this._url(this._path(tail)), {
       method: "POST",
@@ -333,14 +407,20 @@ export class GatewayClient {
     return data;
   }
 
+  /** @param {string} tail */
   _path(tail) {
     return `/v1/conversations/${encodeURIComponent(this.conversationKey)}/${tail}`;
   }
 
+  /** @returns {Record<string, string>} */
   _headers() {
     return this.accessToken ? { authorization: `Bearer ${this.accessToken}` } : {};
   }
 
+  /**
+   * @param {string} path
+   * @param {Record<string, string>} [params]
+   */
   _url(path, params = {}) {
     const query = new URLSearchParams(params);
     if (this.accessToken && (path.endsWith("/events") || path.endsWith("/ws"))) {
@@ -351,6 +431,7 @@ export class GatewayClient {
   }
 }
 
+/** @param {GatewayClientOptions} [options] */
 export function createGatewayClient(options) {
   return new GatewayClient(options);
 }

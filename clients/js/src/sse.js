@@ -4,12 +4,18 @@
 // line. Each frame is `{ event, data, id }` (`event` is "message" when the frame has no
 // `event:` line, `id` is undefined when it has none).
 
+/**
+ * @param {ReadableStream<Uint8Array>} body
+ * @returns {AsyncGenerator<import("./sse.js").SSEFrame>}
+ */
 export async function* readSSE(body) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
+  /** @type {string[]} */
   let data = [];
   let event = "";
+  /** @type {string | undefined} */
   let id;
   let sawCR = false;
   try {
@@ -21,7 +27,7 @@ export async function* readSSE(body) {
       sawCR = text.endsWith("\r");
       buffer += text;
       const lines = buffer.split(/\r\n|\r|\n/);
-      buffer = lines.pop();
+      buffer = lines.pop() ?? ""; // split gives at least one piece
       for (const line of lines) {
         if (line === "") {
           if (data.length) yield { event: event || "message", data: data.join("\n"), id };

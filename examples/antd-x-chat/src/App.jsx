@@ -8,9 +8,21 @@ import React, { useCallback, useEffect, useMemo, useState } from "react";
 
 import AssistantContent from "./AssistantContent.jsx";
 
+/**
+ * @typedef {import("@agent-gateway/client/chat-provider").AgentChatAssistantMessage} AgentChatAssistantMessage
+ * @typedef {import("@agent-gateway/client/chat-provider").ConversationSummary} ConversationSummary
+ * @typedef {Awaited<ReturnType<typeof listProviders>>[number]} GatewayProvider
+ * @typedef {NonNullable<import("@ant-design/x").BubbleListProps["role"]>} Roles
+ */
+
 const KEY_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+/** @type {Map<string, AgentGatewayChatProvider>} */
 const chatProviders = new Map(); // conversationKey -> provider (useXChat keeps one per key)
 
+/**
+ * @param {string} conversationKey
+ * @param {string} gatewayProvider
+ */
 function providerFor(conversationKey, gatewayProvider) {
   let provider = chatProviders.get(conversationKey);
   if (!provider) {
@@ -30,6 +42,7 @@ function keyFromUrl() {
   return key && KEY_PATTERN.test(key) ? key : newKey();
 }
 
+/** @returns {[string, (key: string) => void]} */
 function useConversationKey() {
   const [key, setKey] = useState(keyFromUrl);
   useEffect(() => {
@@ -44,11 +57,11 @@ function useConversationKey() {
 
 export default function App() {
   const [conversationKey, setConversationKey] = useConversationKey();
-  const [gatewayProviders, setGatewayProviders] = useState([]);
+  const [gatewayProviders, setGatewayProviders] = useState(/** @type {GatewayProvider[]} */ ([]));
   const [gatewayProvider, setGatewayProvider] = useState(
     () => new URLSearchParams(window.location.search).get("provider") ?? "",
   );
-  const [conversations, setConversations] = useState([]);
+  const [conversations, setConversations] = useState(/** @type {ConversationSummary[]} */ ([]));
   const [value, setValue] = useState("");
 
   const provider = providerFor(conversationKey, gatewayProvider);
@@ -61,7 +74,10 @@ export default function App() {
     provider,
     conversationKey,
     defaultMessages: () => provider.loadMessages(),
-    requestPlaceholder: { role: "assistant", content: "", pending: true },
+    // Not a run's message yet: AssistantContent shows it as pending.
+    requestPlaceholder: /** @type {AgentChatAssistantMessage} */ (
+      /** @type {unknown} */ ({ role: "assistant", content: "", pending: true })
+    ),
   });
 
   const refreshConversations = useCallback(() => {
@@ -95,7 +111,7 @@ export default function App() {
     loading: status === "loading",
   }));
 
-  const roles = useMemo(() => ({
+  const roles = useMemo(/** @returns {Roles} */ () => ({
     user: { placement: "end", contentRender: (content) => <span data-testid="user-text">{content.content}</span> },
     ai: {
       placement: "start",

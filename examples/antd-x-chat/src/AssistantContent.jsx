@@ -4,20 +4,33 @@ import { Think, ThoughtChain } from "@ant-design/x";
 import { Alert, Button, Input, Progress, Space, Tag } from "antd";
 import React, { useState } from "react";
 
+/**
+ * @typedef {import("@agent-gateway/client/chat-provider").AgentGatewayChatProvider} ChatProvider
+ * @typedef {import("@agent-gateway/client/chat-provider").AgentChatAssistantMessage} AssistantMessage
+ * @typedef {import("@agent-gateway/client/agent-reducer").ApprovalState} ApprovalState
+ * @typedef {import("@agent-gateway/client/agent-reducer").ToolCallState} ToolCallState
+ * @typedef {import("@ant-design/x").ThoughtChainItemType} ChainItem
+ */
+
+/** @type {Record<string, ChainItem["status"]>} */
 const CHAIN_STATUS = {
   pending: "loading", running: "loading", streaming: "loading", waiting: "loading",
   completed: "success", failed: "error", cancelled: "abort",
 };
+/** @type {Record<string, string>} */
 const RUN_TAG = { running: "processing", completed: "success", failed: "error", cancelled: "default" };
 
+/** @param {unknown} value */
 function pretty(value) {
   if (value === undefined) return "";
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
+/** @param {{ tool: ToolCallState, provider: ChatProvider }} props */
 function ToolResultForm({ tool, provider }) {
   const [text, setText] = useState('{"tempC": 21, "sky": "clear"}');
-  const [error, setError] = useState(null);
+  const [error, setError] = useState(/** @type {string | null} */ (null));
+  /** @param {boolean} isError */
   const submit = async (isError) => {
     let result;
     try {
@@ -30,7 +43,7 @@ function ToolResultForm({ tool, provider }) {
       await provider.submitToolResult(tool.id, result, isError);
       setError(null);
     } catch (err) {
-      setError(err.message);
+      setError(/** @type {Error} */ (err).message);
     }
   };
   return (
@@ -45,8 +58,10 @@ function ToolResultForm({ tool, provider }) {
   );
 }
 
+/** @param {{ approval: ApprovalState, provider: ChatProvider }} props */
 function ApprovalButtons({ approval, provider }) {
   const [busy, setBusy] = useState(false);
+  /** @param {(id: string) => Promise<unknown>} fn */
   const decide = (fn) => async () => {
     setBusy(true);
     try { await fn(approval.id); } finally { setBusy(false); }
@@ -61,7 +76,13 @@ function ApprovalButtons({ approval, provider }) {
   );
 }
 
+/**
+ * @param {AssistantMessage} message
+ * @param {ChatProvider} provider
+ * @returns {ChainItem[]}
+ */
 function chainItems(message, provider) {
+  /** @type {ChainItem[]} */
   const items = [];
   for (const task of message.tasks) {
     items.push({
@@ -103,6 +124,13 @@ function chainItems(message, provider) {
   return items;
 }
 
+/**
+ * @param {{
+ *   message: (AssistantMessage & { pending?: undefined }) | { pending: true, state?: undefined },
+ *   status?: string,
+ *   provider: ChatProvider,
+ * }} props
+ */
 export default function AssistantContent({ message, status, provider }) {
   if (!message || message.pending || !message.state) return <span data-testid="assistant-pending">…</span>;
   const items = chainItems(message, provider);

@@ -4,4 +4,4 @@ import { createRoot } from "react-dom/client";
 import App from "./App.jsx";
 import "./app.css";
 
-createRoot(document.getElementById("root")).render(<App />);
+createRoot(/** @type {HTMLElement} */ (document.getElementById("root"))).render(<App />);

@@ -35,7 +35,7 @@ class Counted:
                 op.last_run_status for op in operations if isinstance(op, ConversationWrite)
             ]
 
-        archive.store.apply = counted  # type: ignore[method-assign,assignment]
+        archive.store.apply = counted  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,20 +117,38 @@ def npm() -> str:
 
 
 def ensure_node_modules(package: Path) -> None:
-    """``npm ci`` in ``package`` (from its lock file) unless its node_modules is installed."""
-    marker = package / "node_modules" / ".package-lock.json"
-    lock = package / "package-lock.json"
-    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
-        return
-    proc = subprocess.run(
-        [npm(), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+    """``npm ci`` in ``package`` (from its lock file) unless its node_modules is installed; one
+    worker at a time per package (``npm ci`` first deletes node_modules)."""
+    name = hashlib.sha256(str(package).encode()).hexdigest()[:16]
+    with (Path(tempfile.gettempdir()) / f"agent-gateway-npm-ci-{name}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        marker = package / "node_modules" / ".package-lock.json"
+        lock = package / "package-lock.json"
+        if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime:
+            return
+        proc = subprocess.run(
+            [npm(), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert proc.returncode == 0, f"npm ci in {package} failed:\n{proc.stdout}{proc.stderr}"
+
+
+def type_check(package: Path, config: str) -> subprocess.CompletedProcess[str]:
+    """``tsc -p config`` in ``package``, with the TypeScript its lock file pins (emits nothing)."""
+    ensure_node_modules(package)
+    tsc = package / "node_modules" / "typescript" / "bin" / "tsc"
+    return subprocess.run(
+        [node(), str(tsc), "-p", config],
         cwd=package,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=300,
         check=False,
     )
-    assert proc.returncode == 0, f"npm ci in {package} failed:\n{proc.stdout}{proc.stderr}"
 
 
 def parse_tap(returncode: int, output: str) -> NodeRun:

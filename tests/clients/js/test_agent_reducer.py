@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.clients.js.support import core_view, run_node_tests, seeded_streams, to_json_safe
 
@@ -20,7 +21,9 @@ def test_conformance_cases_pass_under_node() -> None:
 
 def test_node_reducer_agrees_with_core_on_seeded_random_streams(tmp_path: Path) -> None:
     streams = seeded_streams(STREAMS, SEED)
-    cases = [{"events": events, "expected": core_view(events)} for events in streams]
+    cases: list[dict[str, Any]] = [
+        {"events": events, "expected": core_view(events)} for events in streams
+    ]
 
     # The streams exercise every path, so agreement means something: valid and invalid
     # events, accepted events, issues of every code, and runs in every status.
