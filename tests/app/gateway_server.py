@@ -28,7 +28,6 @@ from providers.contract import AgentProvider
 from tests.app.redis_support import SHARED_REDIS_URL
 
 __all__ = [
-    "LAUNCH_GUARD",
     "RunningGateway",
     "StartGateway",
     "launch",
@@ -90,18 +89,6 @@ class RunningGateway:
             await asyncio.wait_for(self.task, 30)
 
 
-class LaunchGuard:
-    """Keeps every gateway test on every backend: under pytest, a test starts its gateways with
-    the ``start_gateway`` fixture (memory and Redis), or says why it holds on one backend with
-    ``@pytest.mark.only_backend(..., reason=...)``. ``tests/conftest.py`` arms it for each test
-    that has no such marker; outside pytest (the benchmarks) it stays disarmed."""
-
-    armed: bool = False
-
-
-LAUNCH_GUARD = LaunchGuard()
-
-
 async def launch(
     settings: Settings | None = None,
     *,
@@ -109,11 +96,8 @@ async def launch(
     sndbuf: int | None = None,
     backend: Backend | None = None,
 ) -> RunningGateway:
-    """A gateway started directly, on the backend the settings (or ``backend``) name."""
-    assert not LAUNCH_GUARD.armed, (
-        "start gateways with the start_gateway fixture (it runs the test on memory and Redis),"
-        " or mark the test @pytest.mark.only_backend(..., reason=...)"
-    )
+    """A gateway started directly, on the backend the settings (or ``backend``) name. In a test,
+    the backend guard (``tests/backend_guard.py``) holds it to the test's backend."""
     return await start_server(settings, providers=providers, sndbuf=sndbuf, backend=backend)
 
 
