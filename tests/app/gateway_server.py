@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,11 +25,12 @@ from app.factory import create_app
 from app.gateway import Gateway
 from app.server import GatewayServer
 from providers.contract import AgentProvider
-from tests.app.redis_support import SHARED_REDIS_URL
+from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 
 __all__ = [
     "RunningGateway",
     "StartGateway",
+    "gateway_on",
     "launch",
     "make_settings",
     "redis_backend_for",
@@ -56,6 +57,25 @@ def redis_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBa
         instance_id=instance,
         conversation_ttl_seconds=gateway.conversation_ttl_seconds,
     )
+
+
+@contextlib.asynccontextmanager
+async def gateway_on(backend_kind: str, settings: Settings | None = None) -> AsyncIterator[Gateway]:
+    """A started ``Gateway`` object (no server) on ``backend_kind``, for a test that drives it
+    directly; on Redis under a key prefix of its own, deleted afterwards."""
+    settings = settings or make_settings()
+    prefix = unique_prefix()
+    async with contextlib.AsyncExitStack() as stack:
+        backend: Backend | None = None
+        if backend_kind == "redis":
+            await stack.enter_async_context(shared_redis(prefix))
+            backend = redis_backend_for(settings, prefix, f"{prefix}-gw")
+        gateway = Gateway(settings, backend=backend)
+        await gateway.start()
+        try:
+            yield gateway
+        finally:
+            await gateway.close()
 
 
 @dataclass
