@@ -4,7 +4,8 @@ A test that starts a gateway (``start_gateway``, directly or through a fixture) 
 backend: ``[memory]`` and ``[redis]`` (a key prefix of its own on the shared Redis, deleted
 afterwards; the gateways one test starts share it, i.e. they form a cluster, like replicas
 behind a load balancer). A test that holds only on one backend says so:
-``@pytest.mark.only_backend("redis", reason="...")``.
+``@pytest.mark.only_backend("redis", reason="...")``. The backend guard
+(``tests/backend_guard.py``) fails a test that runs a gateway any other way.
 """
 
 from __future__ import annotations
