@@ -4,7 +4,8 @@ A test that starts a gateway (``start_gateway``, directly or through a fixture) 
 backend: ``[memory]`` and ``[redis]`` (a key prefix of its own on the shared Redis, deleted
 afterwards; the gateways one test starts share it, i.e. they form a cluster, like replicas
 behind a load balancer). A test that holds only on one backend says so:
-``@pytest.mark.only_backend("redis", reason="...")``.
+``@pytest.mark.only_backend("redis", reason="...")``. The backend guard
+(``tests/backend_guard.py``) fails a test that runs a gateway any other way.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import pytest
 from app.backends import Backend
 from app.config import Settings
 from providers.contract import AgentProvider
+from tests import backend_guard
 from tests.app.gateway_server import (
-    LAUNCH_GUARD,
     RunningGateway,
     StartGateway,
     make_settings,
@@ -26,6 +27,7 @@ from tests.app.gateway_server import (
     start_server,
 )
 from tests.app.redis_support import shared_redis, unique_prefix
+from tests.backend_guard import BACKEND_GUARD
 
 BACKENDS = ("memory", "redis")
 
@@ -55,13 +57,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("backend_kind", kinds, indirect=True)
 
 
-@pytest.fixture(autouse=True)
-def _gateways_on_every_backend(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that starts a gateway without ``start_gateway`` fails, unless it is marked
-    ``only_backend`` with its reason: a new gateway test cannot silently skip Redis."""
-    LAUNCH_GUARD.armed = request.node.get_closest_marker("only_backend") is None
-    yield
-    LAUNCH_GUARD.armed = False
+def pytest_configure(config: pytest.Config) -> None:
+    backend_guard.install()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """A test that runs a gateway outside the backend parametrization fails, unless it is marked
+    ``only_backend`` with its reason: a new gateway test cannot silently skip Redis
+    (``tests/backend_guard.py``). Armed before the test's fixtures, module-scoped ones too."""
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend_kind") if callspec is not None else None
+    marked = item.get_closest_marker("only_backend") is not None
+    BACKEND_GUARD.arm(item.nodeid, backend, marked)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    try:
+        result = yield
+    finally:
+        violations = BACKEND_GUARD.disarm()
+    if violations:
+        raise backend_guard.OffBackends("\n".join(violations))
+    return result
 
 
 @pytest.fixture

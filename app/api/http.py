@@ -60,8 +60,9 @@ def _is_json(content_type: str) -> bool:
 
 
 class GatewayRoute(APIRoute):
-    """Checks size (413) and media type (415) of a body before FastAPI parses it, then lets
-    the endpoint's fast path (``fast_path``) answer if it can."""
+    """Checks the token (401: a wrong token is a 401 whatever the body), then size (413) and
+    media type (415) of a body before FastAPI parses it, then lets the endpoint's fast path
+    (``fast_path``) answer if it can."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -70,6 +71,8 @@ class GatewayRoute(APIRoute):
         async def guarded(request: Request) -> Response:
             if request.method in _BODY_METHODS:
                 gateway: Gateway = request.app.state.gateway
+                if gateway.settings.auth.mode != "none":
+                    _token_and_principal(request)  # before the body is read
                 limit = gateway.settings.gateway.max_body_bytes
                 declared = request.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -112,16 +115,24 @@ def principal_of(connection: HTTPConnection) -> str:
     auth = get_gateway(connection).settings.auth
     if auth.mode == "none":
         return act_as(connection, auth, None, "anonymous")  # X-Act-As: 403 not_a_service
+    token, principal = _token_and_principal(connection)
+    return act_as(connection, auth, token, principal)  # a service's X-Act-As (logged)
+
+
+def _token_and_principal(connection: HTTPConnection) -> tuple[str, str]:
+    """The request's bearer token and its principal (auth on); 401 if missing or unknown."""
     table: TokenTable | None = getattr(connection.app.state, "token_table", None)
     if table is None:  # built once per app; lookups are constant-time (app/auth/tokens.py)
-        table = connection.app.state.token_table = TokenTable(auth.tokens)
+        table = connection.app.state.token_table = TokenTable(
+            get_gateway(connection).settings.auth.tokens
+        )
     token = bearer_token(
         connection.headers.get("authorization", ""), connection.query_params.get("access_token")
     )
     principal = table.lookup(token)
-    if principal is not None:
-        return act_as(connection, auth, token, principal)  # a service's X-Act-As (logged)
-    raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
+    if token is None or principal is None:
+        raise ApiError(401, "unauthorized", "Missing or invalid bearer token.")
+    return token, principal
 
 
 # The dependencies are coroutines: FastAPI runs a plain ``def`` dependency in a worker thread,

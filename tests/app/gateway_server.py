@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,12 +25,12 @@ from app.factory import create_app
 from app.gateway import Gateway
 from app.server import GatewayServer
 from providers.contract import AgentProvider
-from tests.app.redis_support import SHARED_REDIS_URL
+from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 
 __all__ = [
-    "LAUNCH_GUARD",
     "RunningGateway",
     "StartGateway",
+    "gateway_on",
     "launch",
     "make_settings",
     "redis_backend_for",
@@ -57,6 +57,25 @@ def redis_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBa
         instance_id=instance,
         conversation_ttl_seconds=gateway.conversation_ttl_seconds,
     )
+
+
+@contextlib.asynccontextmanager
+async def gateway_on(backend_kind: str, settings: Settings | None = None) -> AsyncIterator[Gateway]:
+    """A started ``Gateway`` object (no server) on ``backend_kind``, for a test that drives it
+    directly; on Redis under a key prefix of its own, deleted afterwards."""
+    settings = settings or make_settings()
+    prefix = unique_prefix()
+    async with contextlib.AsyncExitStack() as stack:
+        backend: Backend | None = None
+        if backend_kind == "redis":
+            await stack.enter_async_context(shared_redis(prefix))
+            backend = redis_backend_for(settings, prefix, f"{prefix}-gw")
+        gateway = Gateway(settings, backend=backend)
+        await gateway.start()
+        try:
+            yield gateway
+        finally:
+            await gateway.close()
 
 
 @dataclass
@@ -90,18 +109,6 @@ class RunningGateway:
             await asyncio.wait_for(self.task, 30)
 
 
-class LaunchGuard:
-    """Keeps every gateway test on every backend: under pytest, a test starts its gateways with
-    the ``start_gateway`` fixture (memory and Redis), or says why it holds on one backend with
-    ``@pytest.mark.only_backend(..., reason=...)``. ``tests/conftest.py`` arms it for each test
-    that has no such marker; outside pytest (the benchmarks) it stays disarmed."""
-
-    armed: bool = False
-
-
-LAUNCH_GUARD = LaunchGuard()
-
-
 async def launch(
     settings: Settings | None = None,
     *,
@@ -109,11 +116,8 @@ async def launch(
     sndbuf: int | None = None,
     backend: Backend | None = None,
 ) -> RunningGateway:
-    """A gateway started directly, on the backend the settings (or ``backend``) name."""
-    assert not LAUNCH_GUARD.armed, (
-        "start gateways with the start_gateway fixture (it runs the test on memory and Redis),"
-        " or mark the test @pytest.mark.only_backend(..., reason=...)"
-    )
+    """A gateway started directly, on the backend the settings (or ``backend``) name. In a test,
+    the backend guard (``tests/backend_guard.py``) holds it to the test's backend."""
     return await start_server(settings, providers=providers, sndbuf=sndbuf, backend=backend)
 
 

@@ -73,6 +73,9 @@ def test_check_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.only_backend(
+    "memory", reason="`serve` without a config file runs the default backend: memory"
+)
 def test_serve_without_config_serves_the_demo_provider() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_GATEWAY_")}

@@ -148,6 +148,7 @@ async def test_bad_cursor_and_limit_are_422(gw: RunningGateway) -> None:
             assert code(response) == (422, "invalid_request"), params
 
 
+@pytest.mark.only_backend("redis", reason="a listing across gateway processes sharing one Redis")
 async def test_listing_across_instances_on_redis() -> None:
     async with cluster() as (a, b):
         async with (

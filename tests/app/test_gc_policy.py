@@ -110,6 +110,9 @@ async def _serve_once(server: GatewayServer) -> None:
         await asyncio.wait_for(task, 30)
 
 
+@pytest.mark.only_backend(
+    "memory", reason="which server tunes the collector depends on the server, not the backend"
+)
 @pytest.mark.parametrize(
     ("kwargs", "tuned"),
     [

@@ -202,6 +202,7 @@ async def test_command_with_a_key_is_answered_once(gw: RunningGateway) -> None:
 # --- two instances on one Redis ---------------------------------------------------------------
 
 
+@pytest.mark.only_backend("redis", reason="gateway processes sharing one Redis")
 async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None:
     async with (
         cluster() as (a, b),
@@ -224,6 +225,7 @@ async def test_retry_storm_across_two_instances_starts_exactly_one_run() -> None
         assert code(other) == (409, "idempotency_key_reused")
 
 
+@pytest.mark.only_backend("redis", reason="gateway processes sharing one Redis, one of them killed")
 async def test_a_claim_left_by_a_killed_instance_lapses_within_seconds() -> None:
     """A kills -9 while it holds the key's claim mid-request: the retry on B is answered fast."""
     prefix = unique_prefix()

@@ -229,6 +229,21 @@ async def test_every_route_but_healthz_needs_a_valid_token(
         assert (await client.get("/v1/conversations?access_token=nope")).status_code == 401
 
 
+async def test_a_wrong_token_is_a_401_whatever_the_body(gw: RunningGateway) -> None:
+    """Checked before the body is read: not JSON (else 415) or too large (else 413)."""
+    too_large = b"{" + b" " * gw.gateway.settings.gateway.max_body_bytes + b"}"
+    bodies = [(b"not json", "text/plain"), (too_large, "application/json")]
+    async with gw.client(headers=_auth("wrong")) as client:
+        for method, path in ROUTES_NEEDING_AUTH:
+            if method not in ("POST", "PATCH"):
+                continue
+            for body, media in bodies:
+                headers = {"content-type": media}
+                response = await client.request(method, path, content=body, headers=headers)
+                assert response.status_code == 401, (method, path, media, response.text)
+                assert response.json()["error"]["code"] == "unauthorized"
+
+
 async def test_access_token_query_is_accepted_for_sse(gw: RunningGateway) -> None:
     async with gw.client() as client:
         frames = await collect_sse(

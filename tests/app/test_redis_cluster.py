@@ -11,6 +11,7 @@ import time
 
 import httpx
 import orjson
+import pytest
 from httpx_sse import aconnect_sse
 
 from tests.app.cluster_support import (
@@ -25,6 +26,8 @@ from tests.app.cluster_support import (
 )
 from tests.app.redis_support import serve_slow_upstream
 from tests.support import eventually
+
+pytestmark = pytest.mark.only_backend("redis", reason="two gateway processes sharing one Redis")
 
 
 async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree() -> None:

@@ -53,6 +53,7 @@ def delivery_ids(receiver: Receiver) -> set[str]:
     return {headers[DELIVERY_HEADER.lower()] for headers, _ in receiver.attempts}
 
 
+@pytest.mark.only_backend("redis", reason="the outbox of gateway processes on one Redis")
 @pytest.mark.slow  # gateway processes, one killed
 async def test_a_survivor_delivers_what_a_killed_instance_held_with_the_same_id() -> None:
     async with (
@@ -81,6 +82,7 @@ async def test_a_survivor_delivers_what_a_killed_instance_held_with_the_same_id(
                for h, body in receiver.attempts)  # fmt: skip
 
 
+@pytest.mark.only_backend("redis", reason="the outbox of gateway processes on one Redis")
 @pytest.mark.slow  # gateway processes, one killed
 async def test_a_run_ended_gateway_instance_lost_sends_one_webhook() -> None:
     async with (

@@ -28,17 +28,16 @@ from app.streams.follow import (
 )
 from app.streams.sse import _coalesced, _flow_of, _frames, _GatewayEventSource
 from tests.app.backend_contract import event, meta, run_events
-from tests.app.gateway_server import make_settings
+from tests.app.gateway_server import gateway_on
 
 REF = ConversationRef("alice", "c1")
 
 
 @pytest.fixture
-async def gateway() -> Gateway:
-    gateway = Gateway(make_settings())
-    await gateway.start()
-    await gateway.backend.create_conversation(REF, meta())
-    return gateway
+async def gateway(backend_kind: str) -> AsyncIterator[Gateway]:
+    async with gateway_on(backend_kind) as gateway:
+        await gateway.backend.create_conversation(REF, meta())
+        yield gateway
 
 
 async def _log(gateway: Gateway, events: list[dict[str, object]]) -> list[LogEntry]:
@@ -55,7 +54,6 @@ async def test_a_subscriber_behind_gets_everything_logged_since_its_read_as_one_
     assert [e.cursor for e in batches[0]] == [e.cursor for e in entries]  # type: ignore[union-attr]
     flat = [e async for e in follow(gateway, REF, spec)]
     assert [e.cursor for e in flat] == [e.cursor for e in entries]  # type: ignore[union-attr]
-    await gateway.close()
 
 
 async def test_until_run_stops_inside_a_batch_after_that_runs_terminal(gateway: Gateway) -> None:
@@ -64,7 +62,6 @@ async def test_until_run_stops_inside_a_batch_after_that_runs_terminal(gateway: 
     spec = Follow(start=EMPTY_CURSOR, until_run="run_a")
     batches = [b async for b in follow_batches(gateway, REF, spec)]
     assert [[e.cursor for e in b] for b in batches] == [[e.cursor for e in first]]  # type: ignore[union-attr]
-    await gateway.close()
 
 
 async def test_sse_frames_of_a_batch_are_one_write_with_every_frame_once(
@@ -73,7 +70,6 @@ async def test_sse_frames_of_a_batch_are_one_write_with_every_frame_once(
     entries = await _log(gateway, run_events("run_a", 4))
     writes = [w async for w in _frames(gateway, REF, Follow(start=EMPTY_CURSOR, until_idle=True))]
     assert writes == [b"retry: 2000\n" + b"".join(e.sse for e in entries)]
-    await gateway.close()
 
 
 def test_log_entries_keep_right_sized_data() -> None:
@@ -110,7 +106,6 @@ async def test_followers_are_counted_while_they_follow_and_released_after(
     assert [b async for b in first] == []
     await second.aclose()
     assert REF not in _followers[gateway]
-    await gateway.close()
 
 
 async def test_followers_reading_the_same_range_send_the_same_bytes_joined_once(
@@ -127,7 +122,6 @@ async def test_followers_reading_the_same_range_send_the_same_bytes_joined_once(
     later = await _log(gateway, [event("run_a", 9, "message.delta", {"delta": "x"})])
     longer = list(_coalesced(entries + later))
     assert longer == [b"".join(e.sse for e in entries + later)]
-    await gateway.close()
 
 
 async def test_sends_that_cannot_block_are_not_timed_and_others_still_drop(

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 from httpx_sse import ServerSentEvent
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 from starlette.types import Message
@@ -27,7 +27,7 @@ from app.streams import follow as follow_module
 from app.streams import sse
 from app.streams.follow import Follow, follow_batches
 from tests.app.backend_contract import event, meta, run_events
-from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.gateway_server import StartGateway, gateway_on, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, terminal
 from tests.app.scripted_provider import ScriptedProvider
 from tests.support import eventually
@@ -144,12 +144,17 @@ TYPES = ("message.delta", "run.completed")
 
 
 async def _follow_with_pushes(
-    batches: list[list[str]], answers: list[bool], followers: int
+    backend_kind: str, batches: list[list[str]], answers: list[bool], followers: int
 ) -> tuple[list[str], list[str], set[str], list[str]]:
     """Append ``batches`` (types of a run's events after ``run.started``) one after another,
     each once the follower has caught up; ``push`` answers from ``answers`` (cycled)."""
-    gateway = Gateway(make_settings())
-    await gateway.start()
+    async with gateway_on(backend_kind) as gateway:
+        return await _follow_pushes_on(gateway, batches, answers, followers)
+
+
+async def _follow_pushes_on(
+    gateway: Gateway, batches: list[list[str]], answers: list[bool], followers: int
+) -> tuple[list[str], list[str], set[str], list[str]]:
     await gateway.backend.create_conversation(REF, meta())
     counts = follow_module._followers.setdefault(gateway, Counter())
     counts[REF] += followers - 1  # others following the same conversation: pacing
@@ -196,25 +201,30 @@ async def _follow_with_pushes(
     finally:
         consumer.cancel()
         counts[REF] -= followers - 1
-        await gateway.close()
     return seen, logged, pushed, terminal_cursors
 
 
-@settings(deadline=None, max_examples=25)
+# backend_kind is a plain string: the same for every example.
+@settings(
+    deadline=None, max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     batches=st.lists(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4), max_size=6),
     answers=st.lists(st.booleans(), min_size=1, max_size=4),
 )
 def test_every_entry_reaches_the_follower_once_in_order_pushed_or_yielded(
-    batches: list[list[str]], answers: list[bool]
+    backend_kind: str, batches: list[list[str]], answers: list[bool]
 ) -> None:
-    seen, logged, pushed, terminals = asyncio.run(_follow_with_pushes(batches, answers, 1))
+    seen, logged, pushed, terminals = asyncio.run(
+        _follow_with_pushes(backend_kind, batches, answers, 1)
+    )
     assert seen == logged
     assert pushed.isdisjoint(terminals)  # a run's end is yielded: it decides when to stop
 
 
-async def test_paced_followers_are_never_pushed_to() -> None:
-    seen, logged, pushed, _ = await _follow_with_pushes([["message.delta"]] * 3, [True], 40)
+async def test_paced_followers_are_never_pushed_to(backend_kind: str) -> None:
+    batches = [["message.delta"]] * 3
+    seen, logged, pushed, _ = await _follow_with_pushes(backend_kind, batches, [True], 40)
     assert seen == logged and not pushed
 
 
@@ -276,10 +286,15 @@ async def test_a_send_that_would_wait_is_not_pushed_and_writes_nothing() -> None
     assert cycle.sent == [] and closed  # closed, not left pending
 
 
-async def test_the_pusher_is_ready_only_after_the_first_frame_with_its_retry_was_sent() -> None:
+async def test_the_pusher_is_ready_only_after_the_first_frame_with_its_retry_was_sent(
+    backend_kind: str,
+) -> None:
     """A heartbeat sent first does not count: the first frame must carry ``retry:``."""
-    gateway = Gateway(make_settings())
-    await gateway.start()
+    async with gateway_on(backend_kind) as gateway:
+        await _pusher_ready_after_the_first_frame(gateway)
+
+
+async def _pusher_ready_after_the_first_frame(gateway: Gateway) -> None:
     await gateway.backend.create_conversation(REF, meta())
     entries = [await gateway.backend.append_event(REF, e) for e in run_events("r1", 2)]
     pusher = sse._Pusher()
@@ -295,7 +310,6 @@ async def test_the_pusher_is_ready_only_after_the_first_frame_with_its_retry_was
     assert first.startswith(b"retry: ") and not pusher.ready  # yielded, not yet sent
     assert [f async for f in frames] == []  # resumed once it was sent: the rest, then the end
     assert pusher.ready
-    await gateway.close()
 
 
 # --- a real stream over uvicorn ------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import httpx
 import orjson
+import pytest
 from httpx_sse import aconnect_sse
 
 from app.archive.records import ConversationWrite
@@ -28,6 +29,13 @@ from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKENS = {"alice": "token-a", "bob": "token-b"}
+#: The tests of ``ServeProcess`` without a Redis prefix: gateway processes (the backend guard
+#: cannot see their backend) on the memory live backend of ``config_toml``.
+SERVE_PROCESSES_ON_MEMORY = pytest.mark.only_backend(
+    "memory",
+    reason="agent-gateway serve processes on the memory live backend, restarted: what outlives"
+    " them is the archive's (the archive under a Redis live backend: test_redis.py)",
+)
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 
 

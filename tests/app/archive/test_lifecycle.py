@@ -8,8 +8,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.app.archive.support import Database, ServeProcess, config_toml, run_turn, wait_for
+from tests.app.archive.support import (
+    SERVE_PROCESSES_ON_MEMORY,
+    Database,
+    ServeProcess,
+    config_toml,
+    run_turn,
+    wait_for,
+)
 from tests.providers.mock_upstreams import MockUpstream, openai_frames
+
+pytestmark = SERVE_PROCESSES_ON_MEMORY
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 
 from app.archive.reader import READ_BACKOFF_SECONDS, READ_TIMEOUT_SECONDS
 from tests.app.archive.support import (
+    SERVE_PROCESSES_ON_MEMORY,
     Database,
     PostgresServer,
     ServeProcess,
@@ -20,6 +21,8 @@ from tests.app.archive.support import (
     wait_for,
 )
 from tests.providers.mock_upstreams import MockUpstream, openai_frames
+
+pytestmark = SERVE_PROCESSES_ON_MEMORY
 
 
 @pytest.fixture

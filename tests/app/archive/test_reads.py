@@ -14,6 +14,7 @@ import websockets
 from httpx_sse import aconnect_sse
 
 from tests.app.archive.support import (
+    SERVE_PROCESSES_ON_MEMORY,
     TOKENS,
     Database,
     ServeProcess,
@@ -22,6 +23,8 @@ from tests.app.archive.support import (
     without_cursor,
 )
 from tests.providers.mock_upstreams import MockUpstream, openai_frames
+
+pytestmark = SERVE_PROCESSES_ON_MEMORY
 
 
 @pytest.fixture

@@ -26,7 +26,12 @@ from tests.app.archive.support import (
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 from tests.providers.mock_upstreams import MockUpstream, openai_frames
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.only_backend(
+        "redis", reason="two agent-gateway processes on one Redis live backend, with the archive"
+    ),
+]
 
 
 class Cluster:

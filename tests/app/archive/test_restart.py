@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.app.archive.support import (
+    SERVE_PROCESSES_ON_MEMORY,
     Database,
     ServeProcess,
     config_toml,
@@ -16,6 +17,8 @@ from tests.app.archive.support import (
     without_cursor,
 )
 from tests.providers.mock_upstreams import MockUpstream, openai_frames
+
+pytestmark = SERVE_PROCESSES_ON_MEMORY
 
 
 @pytest.fixture
