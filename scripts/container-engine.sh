@@ -43,3 +43,22 @@ CONF
   fi
   export ENGINE
 }
+
+# PIP_MOUNTS: --volume options that mount, read-only and at the same paths, pip's configuration
+# files here and the paths their values name (CA bundle, wheel folders, file:// indexes: the
+# folder above .../simple, where the index's links point), so pip in a container reaches the
+# package index as pip does on this machine.
+pip_mounts() {
+  local python=${PYTHON:-python3} path
+  declare -A seen=()
+  PIP_MOUNTS=()
+  while IFS= read -r path; do
+    [[ -e "$path" && -z "${seen[$path]:-}" ]] || continue
+    seen[$path]=1
+    PIP_MOUNTS+=(--volume "$path:$path:ro")
+  done < <(
+    "$python" -m pip config debug 2>/dev/null | sed -n 's/^ *\(\/[^,]*\), exists: True$/\1/p'
+    "$python" -m pip config list 2>/dev/null | sed "s/^[^=]*='\(.*\)'$/\1/" | tr ' ' '\n' \
+      | sed -n 's#^\(file://\)\{0,1\}\(/.*\)$#\2#p' | sed 's#/simple/\{0,1\}$##'
+  )
+}

@@ -30,20 +30,8 @@ fi
 args=(build --tag "$IMAGE" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --network host)
 if [[ "$ENGINE" == podman ]]; then
   args+=(--format docker --layers)
-  # pip's configuration files and the paths their values name (CA bundle, wheel folders,
-  # file:// indexes: the folder above .../simple, where the index's links point).
-  python=${PYTHON:-python3}
-  declare -A mounts=()
-  while IFS= read -r path; do
-    [[ -e "$path" ]] && mounts["$path"]=1
-  done < <(
-    "$python" -m pip config debug 2>/dev/null | sed -n 's/^ *\(\/[^,]*\), exists: True$/\1/p'
-    "$python" -m pip config list 2>/dev/null | sed "s/^[^=]*='\(.*\)'$/\1/" | tr ' ' '\n' \
-      | sed -n 's#^\(file://\)\{0,1\}\(/.*\)$#\2#p' | sed 's#/simple/\{0,1\}$##'
-  )
-  for path in "${!mounts[@]}"; do
-    args+=(--volume "$path:$path:ro")
-  done
+  pip_mounts
+  args+=("${PIP_MOUNTS[@]}")
 fi
 
 echo "image.sh: $ENGINE building $IMAGE (PYTHON_IMAGE=$PYTHON_IMAGE)" >&2
