@@ -156,6 +156,7 @@ class ConversationClient:
         self.reconnects = 0
         self.post_retries: dict[str, int] = {}  # Idempotency-Key -> retries after a 503
         self.accepted: dict[str, str] = {}  # Idempotency-Key -> runId
+        self.refusals: dict[str, int] = {}  # what a POST got instead: status or exception
 
     async def start_run(self, client: httpx.AsyncClient, prompt: str, within: float = 60) -> str:
         idem = f"{self.key}-{uuid.uuid4().hex[:8]}"
@@ -168,7 +169,8 @@ class ConversationClient:
                     json={"input": {"prompt": prompt}},
                     headers={"Idempotency-Key": idem},
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
+                self.refusals[type(exc).__name__] = self.refusals.get(type(exc).__name__, 0) + 1
                 res = None
             if res is not None and res.status_code in (200, 202):
                 run_ids.add(res.json()["runId"])
@@ -176,6 +178,7 @@ class ConversationClient:
                     self.last_id = res.json()["cursor"]
                 break
             if res is not None:
+                self.refusals[str(res.status_code)] = self.refusals.get(str(res.status_code), 0) + 1
                 assert res.status_code in (502, 503), res.text
                 if res.status_code == 503:
                     assert res.json()["error"]["code"] == "shutting_down", res.text
