@@ -75,8 +75,16 @@ def script(path: str, env: dict[str, str] | None = None, timeout: float = 1200) 
     return done.stdout.strip().splitlines()[-1]
 
 
-def build_image() -> str:
+def rebuild_image() -> str:
+    """``make image`` (scripts/image.sh): the engine's layer cache makes it quick when nothing
+    changed."""
     return script("image.sh", {"IMAGE": IMAGE})
+
+
+@functools.cache
+def build_image() -> str:
+    """The image, built once per test process (the image and compose tests share it)."""
+    return rebuild_image()
 
 
 def image_id(name: str) -> str:
