@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean example
+.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean example image constraints
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -66,6 +66,15 @@ example: $(RUN_STAMP) $(EXAMPLE)/dist/index.html
 # Every benchmark figure of BENCHMARKS.md, one after the other (ARGS=--quick: about a minute).
 bench: test-setup $(STAMP)
 	$(PY) bench/run_all.py $(ARGS)
+
+# The container image (agent-gateway:latest) with Docker or Podman; without the default base
+# image, a local one from Debian packages (scripts/base-image.sh). README "Container".
+image:
+	scripts/image.sh
+
+# deploy/constraints.txt, the image's exact dependency versions, from pyproject.toml.
+constraints:
+	scripts/constraints.sh
 
 openapi: $(RUN_STAMP)
 	$(VENV)/bin/agent-gateway openapi

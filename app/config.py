@@ -67,6 +67,8 @@ class GatewaySection(_Section):
     shutdown_grace_seconds: float = Field(10, ge=0)
     demo_page: bool = True
     log_format: Literal["json", "text"] = "json"
+    #: Where log lines go; the container image sets "stdout", its log stream.
+    log_stream: Literal["stderr", "stdout"] = "stderr"
     log_content: bool = False
     lease_ttl_seconds: float = Field(10, gt=0)
     idempotency_ttl_seconds: float = Field(86400, gt=0)

@@ -54,6 +54,17 @@ have node || missing+=(nodejs)
 # Debian packages npm apart from nodejs; the Node tests install their pinned packages with it.
 have npm || missing+=(npm)
 postgres_up || have_initdb || missing+=(postgresql)
+# The container tests build and run the image with Podman (runc; aardvark-dns names the compose
+# services), bring up docker-compose.yml with podman-compose and make the local base image with
+# mmdebstrap, unless a working Docker engine is there.
+if ! { have docker && docker info >/dev/null 2>&1; }; then
+  for pkg in podman runc aardvark-dns podman-compose mmdebstrap; do
+    case $pkg in
+      aardvark-dns) [[ -x /usr/lib/podman/aardvark-dns ]] || missing+=("$pkg") ;;
+      *) have "$pkg" || missing+=("$pkg") ;;
+    esac
+  done
+fi
 
 if ((${#missing[@]})); then
   if [[ "$(id -u)" == 0 ]]; then

@@ -24,6 +24,7 @@ from app.observability.logs import (
     configure_logging,
     current_log_context,
     log_context,
+    setup_logging,
 )
 from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import collect_sse, events_of, start_run, wait_state
@@ -114,6 +115,24 @@ def test_text_format_one_line() -> None:
     assert out.count("\n") == 1
     assert "run_id=run_1" in out and "n=3" in out and "hello [REDACTED]" in out
     assert SECRET not in out
+
+
+@pytest.mark.parametrize(("log_stream", "to_stdout"), [(None, False), ("stdout", True)])
+def test_log_stream_setting_picks_stderr_or_stdout(
+    capsys: pytest.CaptureFixture[str], log_stream: str | None, to_stdout: bool
+) -> None:
+    """stderr by default; ``log_stream = "stdout"`` (the container image's setting) moves the
+    JSON lines to stdout."""
+    gateway = {} if log_stream is None else {"log_stream": log_stream}
+    handler = setup_logging(make_settings(gateway=gateway))
+    try:
+        logging.getLogger("agent_gateway.t").warning("to the stream")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    out, err = capsys.readouterr()
+    written, silent = (out, err) if to_stdout else (err, out)
+    assert json.loads(written.strip().splitlines()[-1])["msg"] == "to the stream"
+    assert "to the stream" not in silent
 
 
 def test_collect_secrets_from_config_shapes() -> None:

@@ -62,7 +62,8 @@ def configure_logging(
 def setup_logging(
     settings: Any, *, level: int | str = logging.INFO, stream: IO[str] | None = None
 ) -> logging.Handler:
-    """:func:`configure_logging` from gateway settings (``log_format``, ``log_content``)."""
+    """:func:`configure_logging` from gateway settings (``log_format``, ``log_content``,
+    ``log_stream`` unless ``stream`` is given)."""
     gateway = settings.gateway
     secrets = collect_secrets(settings)
     register_secrets(secrets)
@@ -73,5 +74,5 @@ def setup_logging(
         log_content=gateway.log_content,
         level=level,
         secrets=secrets,
-        stream=stream,
+        stream=stream or (sys.stdout if gateway.log_stream == "stdout" else sys.stderr),
     )
