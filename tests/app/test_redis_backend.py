@@ -491,7 +491,7 @@ async def test_wake_readers_ends_a_waiting_read_at_once(
     await eventually(lambda: a.keys(ref).tag in a.hub.readers, what="the read is waiting")
     assert not reader.done()
     a.wake_readers()  # shutdown: streams must not wait out their heartbeat
-    result = await asyncio.wait_for(reader, 1)
+    result = await asyncio.wait_for(reader, 10)  # the wake-up, not the 30 s wait
     assert (result.status, result.entries) == ("ok", [])
 
 
