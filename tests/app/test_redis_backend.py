@@ -555,7 +555,15 @@ async def _waiting_followers(
         asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(n)
     ]
     hub = backend.reads._i.hub
-    await eventually(lambda: sum(r.refs for r in hub.readers.values()) == n, what="all waiting")
+
+    def waiting() -> bool:
+        """All registered, and they looked the conversation up (no lookup in flight): a
+        registered read looks it up before it waits."""
+        readers = list(hub.readers.values())
+        looked = all(r.inc_lookup is not None and r.inc_lookup.done() for r in readers)
+        return sum(r.refs for r in readers) == n and len(lookups) >= 1 and looked
+
+    await eventually(waiting, what="all waiting")
     return lookups, followers
 
 
