@@ -91,6 +91,42 @@ async def test_an_accepted_abort_always_ends_the_run_cancelled(gateways: Gateway
     assert accepted >= 1, f"no abort at the last delta was accepted in {trial} trials"
 
 
+async def test_an_abort_accepted_while_the_owner_decides_the_end_wins(
+    gateways: Gateways,
+) -> None:
+    """The window the racing test above rarely reaches: the provider has ended the run and
+    its owner is deciding the end (held here in ``end_run``) when aborts arrive. The owner's
+    own answer is ``200`` (its end is being decided); on Redis another instance's abort is
+    recorded before the decision, answered ``202``, and the run ends ``run.cancelled``."""
+    owner = await gateways(providers={"demo": CountingProvider()})
+    other = await gateways(providers={"demo": CountingProvider()}) if gateways.shared else owner
+    backend: Any = owner.gateway.backend
+    end_run = backend.end_run
+    deciding, answered = asyncio.Event(), asyncio.Event()
+
+    async def held_end_run(ref: Any, run_id: str) -> Any:
+        deciding.set()
+        await asyncio.wait_for(answered.wait(), 10)
+        return await end_run(ref, run_id)
+
+    backend.end_run = held_end_run
+    async with owner.client() as a, other.client() as b:
+        key = "deciding"
+        started = await start_run(a, key, " ".join(["text:1"] * DELTAS))
+        await asyncio.wait_for(deciding.wait(), 10)
+        path = f"/v1/conversations/{key}/abort"
+        answers = await asyncio.gather(*(c.post(path) for c in (a, b, b)))
+        answered.set()
+        state = await wait_state(b, key, lambda s: not s["isRequesting"])
+    run = state["agentState"]["runs"][started["runId"]]
+    accepted = _check(answers, run)
+    assert (answers[0].status_code, answers[0].json()) == (200, {"aborted": False})
+    if gateways.shared:
+        assert accepted >= 1 and run["status"] == "cancelled", [r.json() for r in answers]
+    else:
+        assert accepted == 0 and run["status"] == "completed"
+
+
 async def test_an_abort_while_the_ended_run_still_holds_its_slot_answers_false(
     gateways: Gateways,
 ) -> None:
