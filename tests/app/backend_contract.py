@@ -176,20 +176,20 @@ class BackendContract:
         ref = ConversationRef("p", "c")
         await backend.create_conversation(ref, meta())
         head = await backend.head_cursor(ref)
-        reader = asyncio.create_task(backend.read(ref, head, limit=10, wait=5))
+        reader = asyncio.create_task(backend.read(ref, head, limit=10, wait=60))
         await asyncio.sleep(0.05)
         assert not reader.done()
         entry = await backend.append_event(ref, event("r1", 0, "run.started"))
-        result = await asyncio.wait_for(reader, 2)
+        result = await asyncio.wait_for(reader, 10)  # the append, not the 60 s wait
         assert [e.cursor for e in result.entries] == [entry.cursor]
 
     async def test_reader_on_empty_cursor_sees_creation(self, backend: Backend) -> None:
         ref = ConversationRef("p", "later")
-        reader = asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=5))
+        reader = asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=60))
         await asyncio.sleep(0.05)
         await backend.create_conversation(ref, meta())
         await backend.append_event(ref, event("r1", 0, "run.started"))
-        result = await asyncio.wait_for(reader, 2)
+        result = await asyncio.wait_for(reader, 10)  # the append, not the 60 s wait
         assert result.status == "ok"
         assert [e.event_type for e in result.entries] == ["run.started"]
 
@@ -225,10 +225,10 @@ class BackendContract:
         ref = ConversationRef("p", "c")
         await backend.create_conversation(ref, meta())
         head = (await backend.append_event(ref, event("r1", 0, "run.started"))).cursor
-        reader = asyncio.create_task(backend.read(ref, head, limit=10, wait=5))
+        reader = asyncio.create_task(backend.read(ref, head, limit=10, wait=60))
         await asyncio.sleep(0.05)
         await backend.delete(ref)
-        result = await asyncio.wait_for(reader, 2)
+        result = await asyncio.wait_for(reader, 10)  # the delete, not the 60 s wait
         assert result.status == "unknown"
 
     async def test_principals_are_isolated(self, backend: Backend) -> None:

@@ -5,6 +5,8 @@ Prompt words (space separated, in order):
 - ``sleep:S`` — wait S seconds (abort cuts it short)
 - ``gate:NAME`` — wait until the test calls ``provider.gates[NAME].set()`` (abort cuts it short)
 - ``approval:ID`` / ``approval:ID:editable`` / ``approval:ID:expired`` — an approval that waits
+  (``expired``: its ``expiresAt`` already past; ``approval:ID:ttl=S``: it expires S seconds after
+  it is requested)
 - ``apptool:ID`` — a tool handed to the app (waits for its result)
 - ``oktool:ID`` / ``failtool:ID`` — a runtime tool that completes / fails with a retryable error
 - ``ext:KEY`` — an extension value ``{"n": 1}`` under KEY
@@ -15,6 +17,7 @@ Anything else is ignored. ``histories`` records the history each run received.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -79,11 +82,16 @@ class ScriptedProvider(ProviderBase):
             ctx.message_delta("m1", chunk["text"])
         elif "approval" in chunk:
             ident, _, flag = chunk["approval"].partition(":")
+            expires_at = None
+            if flag == "expired":
+                expires_at = 1.0
+            elif flag.startswith("ttl="):
+                expires_at = (time.time() + float(flag.removeprefix("ttl="))) * 1000
             ctx.request_approval(
                 ident,
                 description="ok?",
                 editable=flag == "editable",
-                expires_at=1.0 if flag == "expired" else None,
+                expires_at=expires_at,
                 version=1,
             )
         elif "apptool" in chunk:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -10,14 +11,20 @@ import pytest
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import start_run, wait_state
 from tests.app.scripted_provider import ScriptedProvider
+from tests.support import eventually
 
 KEY = "cmd"
 BASE = f"/v1/conversations/{KEY}"
 
 
 @pytest.fixture
-async def gw(start_gateway: StartGateway) -> RunningGateway:
-    return await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway, provider: ScriptedProvider) -> RunningGateway:
+    return await start_gateway(make_settings(), providers={"demo": provider})
 
 
 def code(response: httpx.Response) -> tuple[int, str]:
@@ -116,17 +123,51 @@ async def test_modified_on_an_editable_approval(gw: RunningGateway) -> None:
         assert approval["decision"] == "modified" and approval["data"] == {"x": 1}
 
 
-async def test_expired_approval_is_410(gw: RunningGateway) -> None:
+async def test_an_approval_that_expired_after_it_was_requested_is_410(
+    gw: RunningGateway, provider: ScriptedProvider
+) -> None:
+    """Requested live (``expiresAt`` ahead), it expires while still waiting: the run's stream
+    is held upstream (gate), so only the gateway's own check can tell it expired."""
     async with gw.client() as client:
-        await start_run(client, KEY, "approval:a1:expired sleep:0")
-        await wait_state(client, KEY, lambda s: len(s["agentState"]["approvals"]) == 1)
+        await start_run(client, KEY, "approval:a1:ttl=2 gate:hold")
+        state = await wait_state(client, KEY, lambda s: len(s["agentState"]["approvals"]) == 1)
+        approval = next(iter(state["agentState"]["approvals"].values()))
+        assert approval["status"] == "waiting"
+        expires_at = approval["expiresAt"]
+        # Live when requested: checked past the expiry, refused on its version.
+        early = await client.post(
+            f"{BASE}/approvals/a1", json={"decision": "approved", "expectedVersion": 7}
+        )
+        assert code(early) == (409, "version_mismatch")
+        await eventually(lambda: time.time() * 1000 >= expires_at, what="expiresAt passed")
+        response = await client.post(f"{BASE}/approvals/a1", json={"decision": "approved"})
+        assert code(response) == (410, "approval_expired")
         state = (await client.get(f"{BASE}/state")).json()
         approval = next(iter(state["agentState"]["approvals"].values()))
+        assert approval["status"] == "waiting"  # the 410 came before the runner's expiry
+        assert provider.commands == []  # nothing reached the provider
+        provider.gates["hold"].set()  # the stream ends: the runner expires it
+        state = await wait_state(client, KEY, lambda s: not s["isRequesting"])
+        approval = next(iter(state["agentState"]["approvals"].values()))
+        assert approval["decision"] == "expired"
+        late = await client.post(f"{BASE}/approvals/a1", json={"decision": "approved"})
+        assert code(late) == (409, "approval_already_resolved")
+
+
+async def test_an_approval_the_runner_expired_is_already_resolved(gw: RunningGateway) -> None:
+    """Already past its ``expiresAt`` when requested, the runner expires it once the stream
+    ends: then it is resolved, 409."""
+    async with gw.client() as client:
+        await start_run(client, KEY, "approval:a1:expired")
+        state = await wait_state(
+            client,
+            KEY,
+            lambda s: any(a["status"] != "waiting" for a in s["agentState"]["approvals"].values()),
+        )
+        approval = next(iter(state["agentState"]["approvals"].values()))
+        assert approval["decision"] == "expired"
         response = await client.post(f"{BASE}/approvals/a1", json={"decision": "approved"})
-        if approval["status"] == "waiting":
-            assert code(response) == (410, "approval_expired")
-        else:  # the runner expired it first
-            assert response.status_code == 409
+        assert code(response) == (409, "approval_already_resolved")
 
 
 async def test_tool_result_flow(gw: RunningGateway) -> None:

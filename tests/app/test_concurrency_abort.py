@@ -1,6 +1,7 @@
 """Abort racing the run's end, from the owning instance and (Redis) from another one: an abort
 answered ``202 {"aborted": true}`` always ends the run ``run.cancelled``; once the run's end is
-decided the answer is ``200 {"aborted": false}`` — never 202 followed by ``run.completed``."""
+decided the answer is ``200 {"aborted": false}`` — never 202 followed by ``run.completed``. The
+race test requires that some abort was accepted (else it checked nothing of the first)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from tests.app.helpers import start_run, wait_state
 __all__ = ["gateways"]
 
 TRIALS = 8
+MAX_TRIALS = 32  # more trials while no abort at the last delta was accepted yet
 DELTAS = 3
+#: How long the upstream waits after its last delta before it ends, one per trial that aborts
+#: at that delta: from none (the abort almost always comes too late) to long enough for an
+#: abort to be accepted; in between, the abort and the run's end race.
+PAUSES = ("0", "0.005", "0.02", "0.1")
 
 
 async def _abort_when(
@@ -45,7 +51,9 @@ async def _abort_when(
     raise AssertionError("the stream ended before the trigger")
 
 
-def _check(answers: list[httpx.Response], run: dict[str, Any]) -> None:
+def _check(answers: list[httpx.Response], run: dict[str, Any]) -> int:
+    """Each answer is a 200 or 202 of the right body; a 202 means the run ended cancelled.
+    The number of 202s."""
     accepted = [a for a in answers if a.status_code == 202]
     for answer in answers:
         assert answer.status_code in (200, 202), answer.text
@@ -55,24 +63,68 @@ def _check(answers: list[httpx.Response], run: dict[str, Any]) -> None:
             assert answer.json()["aborted"] is True
     if accepted:
         assert run["status"] == "cancelled", (run["status"], [a.json() for a in answers])
+    return len(accepted)
 
 
 async def test_an_accepted_abort_always_ends_the_run_cancelled(gateways: Gateways) -> None:
     owner = await gateways(providers={"demo": CountingProvider()})
     other = await gateways(providers={"demo": CountingProvider()}) if gateways.shared else owner
+    accepted = 0  # aborts fired at the last delta and answered 202: the race under test
+    trial = 0
     async with owner.client() as a, other.client() as b, other.client() as watcher:
-        for trial in range(TRIALS):
+        while trial < TRIALS or (accepted == 0 and trial < MAX_TRIALS):
             key = f"race-{trial}"
-            started = await start_run(a, key, " ".join(["text:1"] * DELTAS))
+            pause = PAUSES[trial // 2 % len(PAUSES)]
+            started = await start_run(a, key, " ".join(["text:1"] * DELTAS) + f" sleep:{pause}")
             trigger = "delta" if trial % 2 else "terminal"
+            trial += 1
             answers = await _abort_when(watcher, [a, b, b], key, started["cursor"], trigger)
             state = await wait_state(b, key, lambda s: not s["isRequesting"])
             run = state["agentState"]["runs"][started["runId"]]
             assert run["status"] in ("completed", "cancelled")
-            _check(answers, run)
             if trigger == "terminal":  # its end was logged before the aborts: too late
+                _check(answers, run)
                 assert run["status"] == "completed"
                 assert {a.status_code for a in answers} == {200}
+            else:
+                accepted += _check(answers, run)
+    assert accepted >= 1, f"no abort at the last delta was accepted in {trial} trials"
+
+
+async def test_an_abort_accepted_while_the_owner_decides_the_end_wins(
+    gateways: Gateways,
+) -> None:
+    """The window the racing test above rarely reaches: the provider has ended the run and
+    its owner is deciding the end (held here in ``end_run``) when aborts arrive. The owner's
+    own answer is ``200`` (its end is being decided); on Redis another instance's abort is
+    recorded before the decision, answered ``202``, and the run ends ``run.cancelled``."""
+    owner = await gateways(providers={"demo": CountingProvider()})
+    other = await gateways(providers={"demo": CountingProvider()}) if gateways.shared else owner
+    backend: Any = owner.gateway.backend
+    end_run = backend.end_run
+    deciding, answered = asyncio.Event(), asyncio.Event()
+
+    async def held_end_run(ref: Any, run_id: str) -> Any:
+        deciding.set()
+        await asyncio.wait_for(answered.wait(), 10)
+        return await end_run(ref, run_id)
+
+    backend.end_run = held_end_run
+    async with owner.client() as a, other.client() as b:
+        key = "deciding"
+        started = await start_run(a, key, " ".join(["text:1"] * DELTAS))
+        await asyncio.wait_for(deciding.wait(), 10)
+        path = f"/v1/conversations/{key}/abort"
+        answers = await asyncio.gather(*(c.post(path) for c in (a, b, b)))
+        answered.set()
+        state = await wait_state(b, key, lambda s: not s["isRequesting"])
+    run = state["agentState"]["runs"][started["runId"]]
+    accepted = _check(answers, run)
+    assert (answers[0].status_code, answers[0].json()) == (200, {"aborted": False})
+    if gateways.shared:
+        assert accepted >= 1 and run["status"] == "cancelled", [r.json() for r in answers]
+    else:
+        assert accepted == 0 and run["status"] == "completed"
 
 
 async def test_an_abort_while_the_ended_run_still_holds_its_slot_answers_false(

@@ -21,6 +21,7 @@ from tests.app.helpers import collect_sse, events_of, start_run, wait_state
 __all__ = ["gateways"]
 
 TRIALS = 6
+MAX_TRIALS = 24  # more trials while the interleaving under test has not happened yet
 
 
 async def _log(client: httpx.AsyncClient, key: str, since: str = "0") -> list[dict[str, Any]]:
@@ -46,16 +47,46 @@ def _one_terminal_each(events: list[dict[str, Any]], run_ids: list[str]) -> None
         assert len(ends) == 1, (run_id, run_log(events))
 
 
+def _hold_first_start(backend: Any, keys: set[str], go: asyncio.Event) -> None:
+    """The append of the first ``run.started`` of each conversation in ``keys`` waits for
+    ``go``: that run has not begun (its upstream not contacted) until then."""
+    append_batch, append_event = backend.append_batch, backend.append_event
+    held: set[str] = set()
+
+    async def hold(ref: Any, events: list[dict[str, Any]]) -> None:
+        if ref.key in keys and ref.key not in held:
+            if any(e["type"] == "run.started" for e in events):
+                held.add(ref.key)
+                await asyncio.wait_for(go.wait(), 10)
+
+    async def batch(ref: Any, items: Any) -> Any:
+        await hold(ref, [item.event for item in items if item.event])
+        return await append_batch(ref, items)
+
+    async def event(ref: Any, item: dict[str, Any]) -> Any:
+        await hold(ref, [item])
+        return await append_event(ref, item)
+
+    backend.append_batch, backend.append_event = batch, event
+    backend.append_soon = lambda ref, items, done: False  # every write through append_batch
+
+
 async def test_interrupt_right_after_an_accepted_run_cancels_it(gateways: Gateways) -> None:
     """Two back-to-back WebSocket requests, the second an interrupt: the first is cancelled
     and never runs after the second. When the interrupt arrives before the first started, the
     first logs its start and cancellation without reaching the upstream; when the server
-    started it before reading the interrupt (a loaded machine), it reached the upstream first."""
+    started it before reading the interrupt (a loaded machine), it reached the upstream first.
+    Every other trial makes the first case happen: the first run's start is held until both
+    requests are answered."""
     provider = CountingProvider()
     gw = await gateways(providers={"demo": provider})
     keys = [f"ws-int-{i}" for i in range(TRIALS)]
+    forced = set(keys[1::2])
+    go = asyncio.Event()
+    _hold_first_start(gw.gateway.backend, forced, go)
     for key in keys:
         before = len(provider.reached)
+        go.clear()
         first, second = await ws_requests(
             gw,
             key,
@@ -64,6 +95,7 @@ async def test_interrupt_right_after_an_accepted_run_cancels_it(gateways: Gatewa
                 {"op": "request", "input": {"prompt": "fast text:2"}, "multitask": "interrupt"},
             ],
         )
+        go.set()  # both answered: the first run may begin
         async with gw.client() as client:
             events = await _log(client, key)
         assert run_log(events) == [
@@ -74,6 +106,8 @@ async def test_interrupt_right_after_an_accepted_run_cancels_it(gateways: Gatewa
         ]
         reached = provider.reached[before:]
         assert reached in (["fast text:2"], ["slow text:1 sleep:30", "fast text:2"]), reached
+        if key in forced:
+            assert reached == ["fast text:2"], reached
         if reached == ["fast text:2"]:
             _cancelled_before_start(events, first, "interrupted")
 
@@ -84,9 +118,12 @@ async def test_concurrent_posts_with_interrupt_never_run_the_interrupted_one_aft
     """Two POSTs at once, the second with ``interrupt``: whatever the interleaving, the one
     accepted first ends before the other starts, and each 202 ends in one terminal."""
     gw = await gateways(providers={"demo": CountingProvider()})
+    interrupted = 0  # trials where B's interrupt cancelled A, the interleaving under test
+    trial = 0
     async with gw.client() as client:
-        for trial in range(TRIALS):
+        while trial < TRIALS or (interrupted == 0 and trial < MAX_TRIALS):
             key = f"http-int-{trial}"
+            trial += 1
             path = f"/v1/conversations/{key}/runs"
             a, b = await asyncio.gather(
                 client.post(path, json={"input": {"prompt": "text:1 sleep:3"}}),
@@ -116,7 +153,9 @@ async def test_concurrent_posts_with_interrupt_never_run_the_interrupted_one_aft
             else:
                 assert log[:2] == [(a_id, "run.started"), (a_id, "run.cancelled")], log
                 assert log[2:] == [(b_id, "run.started"), (b_id, "run.completed")], log
+                interrupted += 1
             _one_terminal_each(events, [a_id, b_id])
+    assert interrupted >= 1, f"B's interrupt never cancelled A in {trial} trials"
 
 
 async def test_interrupt_cancels_every_queued_run_accepted_before_it(gateways: Gateways) -> None:

@@ -48,6 +48,12 @@ async def _gateway(
                 "idle_timeout_seconds": 0.5 if name == "silent" else 10,
                 "timeout_seconds": 30,
             }
+        # The silent upstream again, with an idle timeout far beyond any bound of a test.
+        providers["mute"] = {
+            **providers["silent"],
+            "idle_timeout_seconds": 60,
+            "timeout_seconds": 90,
+        }
     settings = make_settings(gateway=gateway, providers=providers)
     return await start_gateway(settings, providers={"demo": ScriptedProvider()})
 
@@ -120,16 +126,14 @@ async def test_upstream_that_never_answers(start_gateway: StartGateway) -> None:
             assert run["status"] == "failed"
             assert run["error"]["code"] == "upstream_idle_timeout"
             # Aborting a run stuck on a silent upstream ends it at once and hangs up.
-            await start_run(client, "mute2", "x", provider="silent")
-            for _ in range(100):
-                if upstream.open_connections:
-                    break
-                await asyncio.sleep(0.01)
+            await start_run(client, "mute2", "x", provider="mute")
+            await eventually(lambda: upstream.open_connections > 0, what="the upstream called")
             upstream.disconnected.clear()
             aborted = await client.post("/v1/conversations/mute2/abort", json={})
             assert aborted.status_code == 202
-            await asyncio.wait_for(upstream.disconnected.wait(), 2)
-            state = await _finished(client, "mute2", within=2)
+            # Bounds far below the 60 s idle timeout that would end it otherwise.
+            await asyncio.wait_for(upstream.disconnected.wait(), 10)
+            state = await _finished(client, "mute2", within=10)
             (run,) = state["agentState"]["runs"].values()
             assert run["status"] == "cancelled"
             assert _one_terminal(await _log(client, "mute2"))["type"] == "run.cancelled"

@@ -493,7 +493,7 @@ async def test_wake_readers_ends_a_waiting_read_at_once(
     await eventually(lambda: a.keys(ref).tag in a.hub.readers, what="the read is waiting")
     assert not reader.done()
     a.wake_readers()  # shutdown: streams must not wait out their heartbeat
-    result = await asyncio.wait_for(reader, 1)
+    result = await asyncio.wait_for(reader, 10)  # the wake-up, not the 30 s wait
     assert (result.status, result.entries) == ("ok", [])
 
 
@@ -557,7 +557,15 @@ async def _waiting_followers(
         asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(n)
     ]
     hub = backend.reads._i.hub
-    await eventually(lambda: sum(r.refs for r in hub.readers.values()) == n, what="all waiting")
+
+    def waiting() -> bool:
+        """All registered, and they looked the conversation up (no lookup in flight): a
+        registered read looks it up before it waits."""
+        readers = list(hub.readers.values())
+        looked = all(r.inc_lookup is not None and r.inc_lookup.done() for r in readers)
+        return sum(r.refs for r in readers) == n and len(lookups) >= 1 and looked
+
+    await eventually(waiting, what="all waiting")
     return lookups, followers
 
 

@@ -75,7 +75,7 @@ async def test_an_abort_from_another_instance_reaches_the_owner_through_the_shar
 ) -> None:
     own = Ownership(redis, "inst-a", lease_ttl_ms=5000)
     other = Control(redis)  # another instance's sending side
-    bus = ControlBus(redis, poll_interval=5.0)  # only the pub/sub wake-up can be this fast
+    bus = ControlBus(redis, poll_interval=60.0)  # only the pub/sub wake-up can be this fast
     await bus.start()
     a, b = keys_for(prefix, "a"), keys_for(prefix, "b")
     await own.claim(a, "run_a")
@@ -96,7 +96,7 @@ async def test_an_abort_from_another_instance_reaches_the_owner_through_the_shar
         t0 = time.monotonic()
         assert await other.abort(b, None, "aborted") == "run_b"
         await eventually(lambda: sb.aborts == ["aborted"], what="b aborted")
-        assert time.monotonic() - t0 < 2.0  # the wake-up, not the 5 s poll
+        assert time.monotonic() - t0 < 10  # the wake-up, not the 60 s poll
         assert sa.aborts == []
     finally:
         await ia.stop()

@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.backends.redis import redis_client
 from app.backends.redis.lean import Deadlines, LeanPipeline, LeanPool, LeanRedis
 from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, clients, prefix, private_redis
+from tests.support import eventually, eventually_async
 
 __all__ = ["clients", "prefix"]  # fixtures
 
@@ -126,16 +127,15 @@ async def test_a_cancelled_command_leaves_no_reply_for_the_next(
     stream = f"{prefix}:blocked"
     pool = lean.connection_pool
     await lean.ping()  # one idle connection: the blocking read takes it
+    own = await lean.client_id()  # that connection's
     read = asyncio.ensure_future(lean.xread({stream: "$"}, block=10_000))
 
     async def blocked() -> bool:
-        clients_info: dict[str, Any] = await stock.info("clients")
-        return int(clients_info["blocked_clients"]) >= 1
+        """The read's own connection blocks on the server (the shared Redis has others')."""
+        listed = await stock.client_list()
+        return any(int(c["id"]) == own and "b" in c["flags"] for c in listed)
 
-    for _ in range(200):
-        if await blocked():
-            break
-        await asyncio.sleep(0.01)
+    await eventually_async(blocked, what="the XREAD blocks on the server")
     read.cancel()
     with pytest.raises(asyncio.CancelledError):
         await read
@@ -173,10 +173,8 @@ async def test_a_connection_holding_a_stray_reply_is_not_lent(
     assert isinstance(pool, LeanPool)
     connection = await pool.get_connection()
     await connection.send_command("ECHO", "stray")  # its reply is never read
-    for _ in range(200):  # until the reply sits in the connection's buffer
-        if connection._reader._buffer:  # type: ignore[union-attr]
-            break
-        await asyncio.sleep(0.01)
+    reader: Any = connection._reader
+    await eventually(lambda: bool(reader._buffer), what="the stray reply sits in the buffer")
     await pool.release(connection)
     assert len(pool._available_connections) >= 1
     assert await lean.get(key) == b"value"  # not b"stray"

@@ -22,7 +22,8 @@ __all__ = ["Receiver", "serve_receiver"]
 
 @dataclass
 class Receiver:
-    """Records every POST; fails the first ``fail_first`` with 500; answers after ``delay`` s."""
+    """Records every POST; fails the first ``fail_first`` with 500; answers after ``delay`` s
+    and, when ``hold`` is given, not before it is set."""
 
     fail_first: int = 0
     delay: float = 0.0
@@ -30,6 +31,7 @@ class Receiver:
     attempts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     acknowledged: list[dict[str, Any]] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    hold: asyncio.Event | None = None
 
     async def handle(self, request: Request) -> Response:
         body = await request.body()
@@ -37,6 +39,8 @@ class Receiver:
         self.arrived.set()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.hold is not None:
+            await self.hold.wait()
         if len(self.attempts) <= self.fail_first:
             return Response(status_code=500)
         self.acknowledged.append(orjson.loads(body))
