@@ -28,9 +28,7 @@ def _run_is(run_id: str, check: Callable[[str], bool]) -> Callable[[dict[str, An
     return lambda state: check(_status_of(state, run_id))
 
 
-def _waiting(
-    table: str, run_id: str, status: str = "waiting"
-) -> Callable[[dict[str, Any]], bool]:
+def _waiting(table: str, run_id: str, status: str = "waiting") -> Callable[[dict[str, Any]], bool]:
     def check(state: dict[str, Any]) -> bool:
         return any(
             entity["runId"] == run_id and entity["status"] == status
@@ -74,9 +72,7 @@ async def test_a_later_run_reusing_a_tool_id_gets_its_result(gateways: Gateways)
             answers = await _concurrent(client, path, {"result": {"t": 20}})
             assert {a.status_code for a in answers} == {202}, [a.text for a in answers]
             assert {a.json()["runId"] for a in answers} == {run["runId"]}
-            await wait_state(
-                client, KEY, _run_is(run["runId"], lambda status: status != "running")
-            )
+            await wait_state(client, KEY, _run_is(run["runId"], lambda status: status != "running"))
 
 
 async def test_command_refusals_follow_the_target_once_its_run_ended(gateways: Gateways) -> None:

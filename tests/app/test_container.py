@@ -231,6 +231,7 @@ async def nginx_in_front() -> AsyncIterator[str]:
             yield address
 
 
+@pytest.mark.only_backend("redis", reason="two replicas behind nginx share one Redis, as deployed")
 @pytest.mark.slow
 async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
     async with nginx_in_front() as address:
@@ -266,6 +267,7 @@ async def test_sse_passes_nginx_unbuffered_across_replicas() -> None:
             assert "x-accel-buffering" not in stream.headers
 
 
+@pytest.mark.only_backend("redis", reason="two replicas behind nginx share one Redis, as deployed")
 @pytest.mark.slow
 async def test_websocket_upgrade_through_nginx() -> None:
     async with nginx_in_front() as address:
@@ -291,6 +293,7 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+@pytest.mark.only_backend("redis", reason="the compose environment configures the Redis backend")
 async def test_the_image_command_serves_with_the_example_toml_and_env_overrides() -> None:
     """What the container runs: ``agent-gateway serve`` reading $AGENT_GATEWAY_CONFIG, with the
     compose environment (Redis URL pointed at the local Redis instead of the ``redis`` host)."""

@@ -130,6 +130,7 @@ async def test_unknown_run_conversation_and_bad_timeout(gw: RunningGateway) -> N
             assert code(response) == (422, "invalid_request"), bad
 
 
+@pytest.mark.only_backend("redis", reason="two instances share a run through Redis")
 async def test_wait_on_another_instance_returns_when_the_run_ends() -> None:
     async with cluster() as (a, b):
         async with (
@@ -147,6 +148,7 @@ async def test_wait_on_another_instance_returns_when_the_run_ends() -> None:
             assert record["status"] == "cancelled"
 
 
+@pytest.mark.only_backend("redis", reason="adoption of a queued run needs the shared Redis queue")
 async def test_a_queued_run_of_a_killed_instance_is_adopted_and_its_wait_returns() -> None:
     """A accepts a running and a queued run, then dies (kill -9): the queued run still reads
     ``queued`` on B until B adopts and runs it, and the long-poll on B returns its end."""

@@ -270,6 +270,7 @@ async def test_enqueue_is_retried_in_the_background_when_the_outbox_is_down(
         assert runs == {run["runId"], second["runId"]}
 
 
+@pytest.mark.only_backend("redis", reason="two instances share the webhook outbox in Redis")
 async def test_two_instances_deliver_one_webhook_per_run() -> None:
     """On Redis every instance delivers from the shared outbox: still one delivery per run,
     signed."""

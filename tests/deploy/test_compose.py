@@ -39,7 +39,10 @@ from tests.deploy.container_support import (
 )
 from tests.support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.only_backend("redis", reason="the compose file: two replicas on one Redis"),
+]
 
 COMPOSE = ROOT / "docker-compose.yml"
 STANDINS = ROOT / "tests" / "deploy" / "standins"

@@ -31,7 +31,10 @@ from tests.deploy.container_support import (
     wait_ready,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.only_backend("memory", reason="the image's default config: the memory backend"),
+]
 
 CONSTRAINTS = ROOT / "deploy" / "constraints.txt"
 # How ops run it: nothing writable but a small /tmp, no capabilities, no privilege gain.

@@ -402,6 +402,7 @@ def _spawn(argv: list[str], env: dict[str, str], out: IO[bytes]) -> subprocess.P
     return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.only_backend("redis", reason="the Deployment's ConfigMap runs the Redis backend")
 @pytest.mark.slow
 async def test_the_deployment_serves_probes_and_stops_within_its_grace_period(
     tmp_path: Path,
