@@ -7,6 +7,7 @@ empty token and the state is loaded from snapshot + log tail under the conversat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -215,6 +216,9 @@ class RedisAppends(EventAppender):
         try:
             await self._check_after_retry(keys, owned, prev)
             out = self._landed(keys, owned.state, prev, ids, pending, snap is not None)
+        except asyncio.CancelledError:  # shutting down: told, never left waiting
+            done(None, unavailable_error(RedisError("the append's check was cancelled")))
+            raise
         except Exception as exc:  # told, never left waiting
             done(None, exc)
             return
