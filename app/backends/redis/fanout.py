@@ -542,7 +542,7 @@ class LogReader:
         if cursor < self._base:
             return None
         i = bisect.bisect_right(self._ids, cursor)
-        if cursor != self._base and (i == 0 or self._ids[i - 1] != cursor):
+        if (i == 0 or self._ids[i - 1] != cursor) and cursor != self._base:
             return None  # not an entry: Redis tells whether it is one
         return [_thaw(entry) for entry in self._entries[i:]]
 
@@ -558,7 +558,7 @@ class LogReader:
         if cursor < self._base:
             return None
         i = bisect.bisect_right(self._ids, cursor)
-        if cursor != self._base and (i == 0 or self._ids[i - 1] != cursor):
+        if (i == 0 or self._ids[i - 1] != cursor) and cursor != self._base:
             return None  # not an entry of the window: Redis tells whether it is one of the log
         if tag != self._made_tag:
             self._made, self._made_tag, self._made_from = [], tag, self._frozen
@@ -618,7 +618,7 @@ class LogReader:
         if not ids or not self._older_after <= position < ids[-1]:
             return None
         i = bisect.bisect_right(ids, position)
-        if position != self._older_after and (i == 0 or ids[i - 1] != position):
+        if (i == 0 or ids[i - 1] != position) and position != self._older_after:
             return None  # not an entry of the log: Redis tells (read_after)
         return self._older[i : i + limit]
 
