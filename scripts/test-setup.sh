@@ -88,11 +88,13 @@ node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)'
   || fail "node >= 18 is required, found $(node --version): install a newer Node.js."
 
 # --- Redis on 127.0.0.1:6379 --------------------------------------------------------------
+# Persistence as docker-compose.yml deploys it: an append-only file fsynced every second.
 if ! redis_up; then
   mkdir -p "$REDIS_DIR"
-  # A throwaway test server: no persistence, loopback only; it keeps running after the tests.
+  # A test server, loopback only, in a dir of its own; it keeps running after the tests.
   redis-server --daemonize yes --bind "$REDIS_HOST" --port "$REDIS_PORT" --save "" \
-    --appendonly no --dir "$REDIS_DIR" --logfile "$REDIS_DIR/redis.log" >/dev/null \
+    --appendonly yes --appendfsync everysec \
+    --dir "$REDIS_DIR" --logfile "$REDIS_DIR/redis.log" >/dev/null \
     || fail "redis-server did not start on $REDIS_HOST:$REDIS_PORT (see $REDIS_DIR/redis.log)."
   for _ in $(seq 1 50); do
     redis_up && break
@@ -100,4 +102,12 @@ if ! redis_up; then
   done
   redis_up || fail "Redis does not answer on $REDIS_HOST:$REDIS_PORT (see $REDIS_DIR/redis.log)."
   echo "make test: started redis-server on $REDIS_HOST:$REDIS_PORT (it keeps running; stop it with: redis-cli -p $REDIS_PORT shutdown)" >&2
+elif have redis-cli; then
+  # A Redis found running: turn its append-only file on (CONFIG SET starts the AOF rewrite).
+  for setting in "appendonly yes" "appendfsync everysec"; do
+    # shellcheck disable=SC2086  # two words: the parameter and its value
+    answer="$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" CONFIG SET $setting 2>&1)" || true
+    [[ "$answer" == OK ]] \
+      || fail "could not set $setting on the Redis at $REDIS_HOST:$REDIS_PORT: $answer"
+  done
 fi

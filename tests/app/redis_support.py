@@ -89,11 +89,20 @@ async def clients(prefix: str) -> AsyncIterator[tuple[Redis, Redis, str]]:
 
 
 class PrivateRedis:
-    """A ``redis-server`` of our own on a free port, with RDB saved on shutdown, restartable."""
+    """A ``redis-server`` of our own on a free port, in a temp dir of its own, restartable.
 
-    def __init__(self) -> None:
+    Persistence as deployed (``docker-compose.yml``): an append-only file fsynced every second
+    (``appendfsync``: ``everysec``, or ``always``; ``appendonly=False`` for a test about
+    persistence being off), plus the RDB saved on a graceful stop. A restart keeps the port and
+    the dir, so it loads what the last run persisted (the AOF when on).
+    """
+
+    def __init__(self, *, appendonly: bool = True, appendfsync: str = "everysec") -> None:
+        assert appendfsync in ("always", "everysec", "no"), appendfsync
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="agw-redis-"))
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -110,7 +119,8 @@ class PrivateRedis:
                 "--bind", "127.0.0.1",
                 "--dir", str(self.dir),
                 "--save", "3600 1",
-                "--appendonly", "no",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync,
                 "--daemonize", "no",
                 "--logfile", str(self.dir / "redis.log"),
             ],
@@ -119,13 +129,21 @@ class PrivateRedis:
         )  # fmt: skip
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-            ):
+            assert self.proc.poll() is None, f"redis-server exited:\n{self.log()}"
+            if self._answers():
                 return
             time.sleep(0.05)
-        raise RuntimeError("private redis-server did not start")
+        raise RuntimeError(f"private redis-server did not start:\n{self.log()}")
+
+    def _answers(self) -> bool:
+        """PING answers PONG (not ``-LOADING``: the AOF or RDB is loaded)."""
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock,
+        ):
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+        return False
 
     def stop(self) -> None:
         """Graceful stop: SIGTERM makes redis save its RDB, so data survives a restart."""
@@ -133,6 +151,28 @@ class PrivateRedis:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+    def crash(self) -> None:
+        """``kill -9``: no save, no AOF rewrite; a restart loads what the AOF holds."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def aof_tail(self) -> Path:
+        """The AOF file appended to now (Redis 7: the manifest's last ``incr`` file)."""
+        manifest = self.dir / "appendonlydir" / "appendonly.aof.manifest"
+        names = [
+            line.split()[1]
+            for line in manifest.read_text().splitlines()
+            if line.split()[-1:] == ["i"]
+        ]
+        assert names, manifest.read_text()
+        return manifest.parent / names[-1]
+
+    def log(self) -> str:
+        path = self.dir / "redis.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def close(self) -> None:
         if self.proc is not None:
@@ -143,8 +183,10 @@ class PrivateRedis:
 
 
 @contextlib.contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
+def private_redis(
+    *, appendonly: bool = True, appendfsync: str = "everysec"
+) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(appendonly=appendonly, appendfsync=appendfsync)
     server.start()
     try:
         yield server

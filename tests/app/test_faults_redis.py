@@ -1,4 +1,4 @@
-"""Redis stopped mid-run (a ``redis-server`` of the test's own, restarted from its RDB).
+"""Redis stopped mid-run (a ``redis-server`` of the test's own, restarted from its AOF).
 
 While Redis is down the gateway answers fast (503 ``backend_unavailable``, /healthz stays up),
 the run keeps going upstream, and once Redis is back: the run ends with exactly one terminal,
@@ -117,7 +117,7 @@ async def _through_outage(
     accepted = await start_run(client, "c1", "tell me")
     await eventually(lambda: sum(e["type"] == "message.delta" for e in got) >= 10, 10)
 
-    redis.stop()  # SIGTERM: Redis saves its RDB, like a restart with persistence
+    redis.stop()  # SIGTERM: Redis flushes its AOF (a kill -9: test_redis_crash.py)
     down_at = time.monotonic()
     refused = await client.post("/v1/conversations/c2/runs", json={"input": {"prompt": "x"}})
     assert refused.status_code == 503, refused.text

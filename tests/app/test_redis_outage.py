@@ -1,7 +1,8 @@
 """Redis outages: readiness flips, routes answer 503 quickly, everything resumes without loss.
 
-These tests stop and restart Redis, so each runs its own ``redis-server`` on a free port (RDB
-saved on shutdown, like a production Redis with persistence) and never touches the shared one.
+These tests stop and restart Redis, so each runs its own ``redis-server`` on a free port
+(persisting as deployed: AOF, ``appendfsync everysec``) and never touches the shared one. A
+crash (``kill -9``) instead of a stop: ``test_redis_crash.py``.
 """
 
 from __future__ import annotations

@@ -7,21 +7,34 @@ empty token and the state is loaded from snapshot + log tail under the conversat
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisError
 
 from app.backends.redis.errors import RunFenced, unavailable, unavailable_error
-from app.backends.redis.eventlog import KIND_EVENT, KIND_EXTENSION, Entry, Fenced, Pending
+from app.backends.redis.eventlog import (
+    KIND_EVENT,
+    KIND_EXTENSION,
+    ZERO_ID,
+    Entry,
+    Fenced,
+    Pending,
+    SnapshotWrite,
+)
 from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.owned_run import OwnedRun
 from app.backends.redis.state import ConversationState
 from app.backends.roles import EventAppender
 from app.backends.types import AppendDone, ConversationRef, LogEntry, LogItem
 
 __all__ = ["RedisAppends"]
 
+log = logging.getLogger("app.backends.redis")
 Fold = Callable[[ConversationState], None]
 _new_entry = object.__new__
 
@@ -99,7 +112,28 @@ class RedisAppends(EventAppender):
             fold(owned.state)
             prev = owned.state.stream_id
             ids, snapshotted = await owned.append(pending, i.snapshot_every, i.log.max_len)
+            if owned.writer.retried != owned.retries_checked:
+                await self._check_after_retry(keys, owned, prev)
             return self._landed(keys, owned.state, prev, ids, pending, snapshotted)
+
+    async def _check_after_retry(self, keys: ConversationKeys, owned: OwnedRun, prev: str) -> None:
+        """An append of ``owned`` landed after Redis was unreachable. A Redis restarted from
+        an AOF that missed its last writes lost the newest entries: if the log no longer holds
+        ``prev`` (what the state was at), the state holds events the log lost, and is rebuilt
+        from the log before the next append (and the release's snapshot); the local reader
+        forgets them too. Not sure (Redis failed again): rebuilt all the same."""
+        owned.retries_checked = owned.writer.retried
+        i = self._i
+        try:
+            if prev == ZERO_ID or await i.redis.xrange(keys.log, min=prev, max=prev, count=1):
+                return
+            log.warning("conversation %s: Redis lost the log's entries up to %s", keys.tag, prev)
+            reader = i.hub.readers.get(keys.tag)
+            if reader is not None:
+                await reader.verify()
+        except (RedisError, OSError):
+            pass
+        owned.dirty = True
 
     def _landed(
         self,
@@ -151,6 +185,10 @@ class RedisAppends(EventAppender):
                     failure = unavailable_error(error)  # as ``unavailable()`` maps it
                 done(None, failure)
                 return
+            if ids and owned.writer.retried != owned.retries_checked:
+                state.stream_id = ids[-1]
+                i.spawn(self._landed_after_retry(keys, owned, prev, ids, pending, snap, done))
+                return
             try:
                 if ids:
                     state.stream_id = ids[-1]
@@ -162,6 +200,29 @@ class RedisAppends(EventAppender):
 
         owned.writer.append_soon(pending, snap, settled)
         return True
+
+    async def _landed_after_retry(
+        self,
+        keys: ConversationKeys,
+        owned: OwnedRun,
+        prev: str,
+        ids: list[str],
+        pending: list[Pending],
+        snap: SnapshotWrite | None,
+        done: AppendDone,
+    ) -> None:
+        """An :meth:`append_soon` that landed on a retry: checked as :meth:`append_batch`
+        checks one, then handed on."""
+        try:
+            await self._check_after_retry(keys, owned, prev)
+            out = self._landed(keys, owned.state, prev, ids, pending, snap is not None)
+        except asyncio.CancelledError:  # shutting down: told, never left waiting
+            done(None, unavailable_error(RedisError("the append's check was cancelled")))
+            raise
+        except Exception as exc:  # told, never left waiting
+            done(None, exc)
+            return
+        done(out, None)
 
     async def _free_append(
         self, keys: ConversationKeys, items: list[Pending], fold: Fold

@@ -319,7 +319,8 @@ class EventLog:
         self, keys: ConversationKeys, after: str, count: int = 1000
     ) -> list[Entry] | None:
         """Up to ``count`` entries strictly after ``after``; ``None`` when the log no longer
-        holds everything after it (some entries were trimmed), so the caller sends a snapshot."""
+        holds ``after`` and everything after it (some entries were trimmed, or lost by a Redis
+        restarted from an AOF that missed its last writes), so the caller sends a snapshot."""
         async with self.redis.pipeline(transaction=False) as pipe:
             self.read_after_in(pipe, keys, after, count)
             rng, info = await pipe.execute(raise_on_error=False)
@@ -329,7 +330,11 @@ class EventLog:
     def read_after_in(pipe: Pipeline, keys: ConversationKeys, after: str, count: int) -> None:
         """:meth:`read_after` as two commands of ``pipe`` (executed with
         ``raise_on_error=False``); their replies go to :meth:`read_after_reply`."""
-        pipe.xrange(keys.log, min="-" if after == ZERO_ID else "(" + after, count=count)
+        # From ``after`` itself (one entry more): its absence tells a lost position.
+        if after == ZERO_ID:
+            pipe.xrange(keys.log, min="-", count=count)
+        else:
+            pipe.xrange(keys.log, min=after, count=count + 1)
         pipe.execute_command("XINFO", "STREAM", keys.log)
 
     @staticmethod
@@ -344,6 +349,10 @@ class EventLog:
         if isinstance(rng, Exception):
             raise rng
         entries = entries_from_reply(rng)
+        if after != ZERO_ID:
+            if not entries or parse_id(entries[0].id) != parse_id(after):
+                return None  # ``after`` is not an entry of this log (any more)
+            del entries[0]
         if isinstance(info, Exception):
             if "no such key" in str(info).lower():
                 return entries  # no stream yet: nothing was trimmed
@@ -410,6 +419,9 @@ class FencedWriter:
         #: The newest batch's outcome: the next batch is written once it is settled.
         self._last: asyncio.Future[list[str]] | None = None
         self._flushes: set[asyncio.Future[None]] = set()
+        #: Counts the writes retried because Redis was unreachable: a Redis that restarted
+        #: meanwhile may have lost the newest entries (see ``RedisAppends``).
+        self.retried = 0
 
     async def append(
         self,
@@ -496,6 +508,7 @@ class FencedWriter:
             if self._deadline is None:
                 self._soon_failed(batch, settled, exc)
                 return
+            self.retried += 1
             task = asyncio.get_running_loop().create_task(
                 self._soon_again(batch, nonce, n, settled, exc)
             )
@@ -611,6 +624,7 @@ class FencedWriter:
                     log.warning("append of %s given up at its lease deadline: %s", self.token, exc)
                     raise Fenced(self.token) from exc
                 attempt += 1
+                self.retried += 1
                 await asyncio.sleep(RETRY_INTERVAL)
 
     async def _landed(self, items: Sequence[Pending]) -> list[str] | None:

@@ -191,6 +191,11 @@ class LogReader:
         #: The incarnation lookup in flight (shared by the reads that need it).
         self.inc_lookup: asyncio.Future[str | None] | None = None
         self._stopping = False
+        #: Redis failed this reader's last read: check its position before reading on.
+        self._unsure = False
+        #: Positions Redis lost (restarted from an AOF that missed its last writes), as
+        #: ``(after, upto]`` ranges: this reader had read them, the log no longer holds them.
+        self.lost: list[tuple[tuple[int, int], tuple[int, int]]] = []
 
     @property
     def last_id(self) -> str:
@@ -421,6 +426,9 @@ class LogReader:
                 if self.refs <= 0:
                     await self._pause(idle=True)
                     continue
+                if self._unsure:
+                    await self.verify()
+                    self._unsure = False
                 reply: Any = await self.redis.xread(
                     {self.keys.log: self.last_id}, count=READ_COUNT, block=self.block_ms
                 )
@@ -438,6 +446,7 @@ class LogReader:
                 if self.healthy:
                     log.warning("log reader %s: %s; retrying", self.keys.tag, exc)
                 self.healthy = False
+                self._unsure = True
                 if not self._ready.is_set():
                     self._ready.set()  # start anyway: subscribers will catch up from Redis
                 await asyncio.sleep(backoff)
@@ -447,6 +456,43 @@ class LogReader:
                 if not self._ready.is_set():
                     self._ready.set()
                 await asyncio.sleep(0.5)
+
+    async def verify(self) -> None:
+        """Check that Redis still holds the newest entry this reader has (after Redis was
+        unreachable: restarted from an AOF that missed its last writes, it lost the newest
+        entries). If it does not, the window's entries after the newest entry Redis kept are
+        forgotten and their cursors read as lost (:meth:`is_lost`); the reader goes on from
+        that entry."""
+        while True:
+            held = self._last_id
+            if held == "0-0":
+                return
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xrange(self.keys.log, min=held, max=held, count=1)
+                pipe.xrevrange(self.keys.log, max=held, min="-", count=1)
+                found, before = await pipe.execute()
+            if self._last_id != held:
+                continue  # fed meanwhile: check the new position
+            if found:
+                return
+            # Entries appended since the restart come after ``held`` (their ids are later).
+            end = entries_from_reply(before)[0].id if before else "0-0"
+            end_pos = parse_id(end)
+            self.lost.append((end_pos, self.last_pos))
+            log.warning(
+                "log reader %s: Redis lost the entries after %s up to %s",
+                self.keys.tag,
+                end,
+                held,
+            )
+            self._clear_window(end_pos)
+            self.last_id = end
+            self._notify()
+            return
+
+    def is_lost(self, position: tuple[int, int]) -> bool:
+        """``position`` was an entry of the log that Redis lost (see :meth:`verify`)."""
+        return any(after < position <= upto for after, upto in self.lost)
 
     async def _pause(self, idle: bool = False) -> None:
         """Wait with no ``XREAD`` for a kick (a feed that left a gap, a read of a paused idle
@@ -496,6 +542,8 @@ class LogReader:
         if cursor < self._base:
             return None
         i = bisect.bisect_right(self._ids, cursor)
+        if (i == 0 or self._ids[i - 1] != cursor) and cursor != self._base:
+            return None  # not an entry: Redis tells whether it is one
         return [_thaw(entry) for entry in self._entries[i:]]
 
     def window_view(
@@ -509,9 +557,11 @@ class LogReader:
         """
         if cursor < self._base:
             return None
+        i = bisect.bisect_right(self._ids, cursor)
+        if (i == 0 or self._ids[i - 1] != cursor) and cursor != self._base:
+            return None  # not an entry of the window: Redis tells whether it is one of the log
         if tag != self._made_tag:
             self._made, self._made_tag, self._made_from = [], tag, self._frozen
-        i = bisect.bisect_right(self._ids, cursor)
         entries = self._entries
         stop = min(len(entries), i + limit)
         made, start = self._made, self._made_from
@@ -568,6 +618,8 @@ class LogReader:
         if not ids or not self._older_after <= position < ids[-1]:
             return None
         i = bisect.bisect_right(ids, position)
+        if (i == 0 or ids[i - 1] != position) and position != self._older_after:
+            return None  # not an entry of the log: Redis tells (read_after)
         return self._older[i : i + limit]
 
     async def follow(self, after: str) -> AsyncIterator[list[Entry] | _Gap]:

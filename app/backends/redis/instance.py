@@ -243,6 +243,9 @@ class RedisInstance:
                     owned.state = await self.states.load_private(
                         keys, text(inc) if inc else owned.state.inc
                     )
+                    reader = self.hub.readers.get(keys.tag)
+                    if reader is not None:  # fed by us: it may hold what Redis lost since
+                        await reader.verify()
                     owned.dirty = False
         return owned
 

@@ -42,6 +42,8 @@ class OwnedRun:
     fenced: bool = False
     #: An append failed: the state may be ahead of the log; rebuild it before the next one.
     dirty: bool = False
+    #: ``writer.retried`` as of the last check that the log still holds what the state is at.
+    retries_checked: int = 0
     #: Appends reduced into ``state`` whose stream write has not returned yet: meanwhile
     #: ``state`` is ahead of ``state.stream_id`` (not a snapshot to serve with that cursor).
     appending: int = 0

@@ -133,6 +133,8 @@ class RedisReads(EventReader):
         if inc is None:
             return ReadResult("ok" if want_inc is None else "unknown")
         position = parse_id(sid)
+        if reader.lost and reader.is_lost(position):
+            return ReadResult("trimmed")  # Redis lost it: no longer in the log
         if position > reader.last_pos:
             if position > parse_id(await self._i.log.last_id(keys)):
                 return ReadResult("unknown")  # not a position of this log
