@@ -161,4 +161,4 @@ def install() -> None:
             raise OffBackends(violation)
         popen_init(self, args, *a, **kw)
 
-    subprocess.Popen.__init__ = guarded_popen  # type: ignore[method-assign]
+    subprocess.Popen.__init__ = guarded_popen  # type: ignore[method-assign, assignment]

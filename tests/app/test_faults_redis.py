@@ -202,6 +202,7 @@ async def _long_outage(
         await _other_conversation_runs(client)
 
 
+@pytest.mark.only_backend("redis", reason="two gateway processes on a Redis of the test's own")
 async def test_short_outage_two_instances_no_takeover() -> None:
     """A run on A, a subscriber on B: Redis stops ~1 s mid-run. B (whose sweep and reader ticks
     look for lost owners) never takes the run over while A's lease is valid: the run completes
@@ -234,6 +235,7 @@ async def test_short_outage_two_instances_no_takeover() -> None:
             assert "lost its owner" not in a.output() + b.output()
 
 
+@pytest.mark.only_backend("redis", reason="two gateway processes on a Redis of the test's own")
 async def test_outage_beyond_lease_ttl_two_instances_one_ending() -> None:
     """A run on A, a subscriber on B, Redis down longer than the lease TTL: exactly one instance
     ends the run ``gateway_instance_lost`` (once), and A appends nothing after the fence."""

@@ -171,7 +171,7 @@ async def test_a_connection_holding_a_stray_reply_is_not_lent(
     await lean.set(key, "value")
     pool = lean.connection_pool
     assert isinstance(pool, LeanPool)
-    connection = await pool.get_connection()
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
     await connection.send_command("ECHO", "stray")  # its reply is never read
     reader: Any = connection._reader
     await eventually(lambda: bool(reader._buffer), what="the stray reply sits in the buffer")
@@ -190,7 +190,7 @@ async def test_new_connections_do_not_read_the_package_metadata_again(
     one lookup per process, not one per connection."""
     import redis.utils
 
-    real = redis.utils.get_lib_version()
+    real: str = redis.utils.get_lib_version()
     lookups = 0
 
     def counting() -> str:
@@ -202,7 +202,7 @@ async def test_new_connections_do_not_read_the_package_metadata_again(
     client = redis_client(SHARED_REDIS_URL)
     try:
         # Held at once, so the pool opens three connections.
-        conns = [await client.connection_pool.get_connection() for _ in range(3)]
+        conns = [await client.connection_pool.get_connection() for _ in range(3)]  # type: ignore[no-untyped-call]
         try:
             for conn in conns:
                 await conn.connect()
@@ -225,12 +225,13 @@ async def test_a_command_without_a_reply_times_out_by_the_pools_one_watchdog() -
     pool = mute.pool(LeanPool, RedisTimeoutError, RedisConnectionError)
     client = LeanRedis.from_pool(pool)
     try:
-        assert await client.execute_command("GET", "k") == b"OK"  # connects: one idle after
+        # Connects: one idle connection after.
+        assert await client.execute_command("GET", "k") == b"OK"  # type: ignore[no-untyped-call]
         mute.mute = True
         sent, opened = mute.commands, mute.connections
         started = time.monotonic()
         with pytest.raises(RedisTimeoutError):
-            await asyncio.wait_for(client.execute_command("GET", "k"), 5)
+            await asyncio.wait_for(client.execute_command("GET", "k"), 5)  # type: ignore[no-untyped-call]
         elapsed = time.monotonic() - started
         assert pool.deadlines.expired == 1  # the lean attempt, aborted by the watchdog
         assert 0.9 <= elapsed < 4  # 0.3 s lean, then redis-py's two attempts of 0.3 s
@@ -239,8 +240,8 @@ async def test_a_command_without_a_reply_times_out_by_the_pools_one_watchdog() -
         assert mute.commands > sent + 1
         assert mute.connections == opened + 2
         mute.mute = False
-        assert await client.execute_command("GET", "k") == b"OK"
-        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)  # type: ignore[attr-defined]
+        assert await client.execute_command("GET", "k") == b"OK"  # type: ignore[no-untyped-call]
+        assert all(c.socket_timeout == 0.3 for c in pool._available_connections)
     finally:
         await client.aclose()
         assert mute.server is not None

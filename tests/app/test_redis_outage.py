@@ -90,6 +90,7 @@ async def test_outage_fails_fast_and_readers_resume_without_loss() -> None:
             await backend.close()
 
 
+@pytest.mark.only_backend("redis", reason="two gateway processes on a Redis of the test's own")
 async def test_restart_mid_idle_two_instances_readiness_and_sse_resume() -> None:
     with private_redis() as server:
         async with cluster(redis_url=server.url) as (a, b):

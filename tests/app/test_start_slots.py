@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
-from collections.abc import AsyncIterator, Mapping
+import operator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -19,6 +21,11 @@ from tests.app.helpers import metric_sample, wait_state
 from tests.support import eventually
 
 __all__ = ["gateways"]
+
+
+def _completed(run_id: str) -> Callable[[dict[str, Any]], bool]:
+    """A state predicate: ``run_id`` completed."""
+    return lambda body: bool(body["agentState"]["runs"][run_id]["status"] == "completed")
 
 
 async def _waiting(slots: StartSlots, name: str, order: list[str]) -> None:
@@ -36,7 +43,7 @@ async def test_the_limit_is_admitted_at_once_and_the_rest_in_arrival_order() -> 
     assert order == [] and slots.held == 2
     for expected in (["a"], ["a", "b"], ["a", "b", "c"]):
         slots.release()  # handed over: as many held as before
-        await eventually(lambda expected=expected: order == expected, what=str(expected))
+        await eventually(functools.partial(operator.eq, order, expected), what=str(expected))
         assert slots.held == 2
     await asyncio.gather(*tasks)
     slots.release()
@@ -161,11 +168,8 @@ async def _starts(gateways: Gateways, limit: int, n: int) -> tuple[list[PeakSlot
         await eventually(lambda: len(provider.reached) == n, what="every run held upstream")
         provider.release.set()
         for i, answer in enumerate(answers):
-            run_id = answer.json()["runId"]
             await wait_state(
-                clients[i % len(clients)],
-                f"start-{tag}-{i}",
-                lambda body, run=run_id: body["agentState"]["runs"][run]["status"] == "completed",
+                clients[i % len(clients)], f"start-{tag}-{i}", _completed(answer.json()["runId"])
             )
     return slots, provider
 

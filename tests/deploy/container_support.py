@@ -215,7 +215,7 @@ class ConversationClient:
                     async for sse in source.aiter_sse():
                         if sse.event != "message" or not sse.data:
                             continue  # snapshot (first connection), heartbeats, hints
-                        event = orjson.loads(sse.data)
+                        event: dict[str, Any] = orjson.loads(sse.data)
                         self.last_id = sse.id
                         seen = self.runs.setdefault(event["runId"], RunView(event["runId"]))
                         seen.sequences.append(event["sequence"])

@@ -294,8 +294,8 @@ async def test_kill_9_of_a_replica_ends_its_runs_gateway_instance_lost(stack: St
                 res = await client.post(f"/v1/conversations/{conversation.key}/abort")
                 assert res.status_code == 202, res.text
     for task in pending:
-        end: dict[str, Any] = await asyncio.wait_for(task, 30)
-        assert end["type"] == "run.cancelled"
+        cancelled: dict[str, Any] = await asyncio.wait_for(task, 30)
+        assert cancelled["type"] == "run.cancelled"
     for conversation in clients:
         conversation.assert_each_event_once()
     await stack.start("gateway-1")
