@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import time
 import tracemalloc
 from typing import Any
 
 import orjson
 
 from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import metric, stalled_client, start_run, wait_metric
+from tests.app.helpers import drained_to_eof, metric, stalled_client, start_run, wait_metric
 from tests.app.scripted_provider import ScriptedProvider
 from tests.support import eventually_async
 
@@ -199,3 +200,28 @@ async def test_a_stalled_subscriber_that_reads_again_gets_a_snapshot_then_every_
     deltas = "".join(e["payload"]["delta"] for e in events_after if e["type"] == "message.delta")
     expected = "".join(f"w{i} " for i in range(3000)) + "".join(f"w{i} " for i in range(50))
     assert _text_of(snapshot) + deltas == expected
+
+
+async def test_a_stalled_subscriber_whose_send_and_heartbeat_both_time_out_is_dropped(
+    start_gateway: StartGateway,
+) -> None:
+    """Both the stream's send and a heartbeat's time out in one loop iteration (a busy loop):
+    still one dropped subscriber, its connection aborted, not an error of the ASGI app."""
+    settings = make_settings(gateway={"send_timeout_seconds": 1, "heartbeat_seconds": 0.05})
+    gw = await start_gateway(settings, providers={"demo": ScriptedProvider()}, sndbuf=4096)
+    stalled = await stalled_client(gw.port, f"GET {EVENTS} HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        async with gw.client() as client:
+            await wait_metric(client, "agent_gateway_subscribers", 1)
+            run = await start_run(client, KEY, "text:200:2000")  # far past both buffers
+            done = await client.get(
+                f"/v1/conversations/{KEY}/runs/{run['runId']}/wait", params={"timeout": 30}
+            )
+            assert done.json()["status"] == "completed", done.text
+            # The stream's send and the heartbeats wait on the paused transport, each with
+            # its timer: block the loop past both, as a busy gateway would.
+            time.sleep(1.5)  # noqa: ASYNC251 - the point: both timers due in one iteration
+            await wait_metric(client, "agent_gateway_dropped_subscribers_total", 1)
+            assert await drained_to_eof(stalled, 5.0), "the dropped subscriber was not closed"
+    finally:
+        stalled.close()
