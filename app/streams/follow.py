@@ -3,6 +3,12 @@
 Each subscriber keeps only its cursor and reads the shared log (ARCHITECTURE decisions 1–2):
 no per-subscriber queue, frames serialized once per entry. An unknown or trimmed resume point
 yields a fresh snapshot, never a gap; a deleted conversation ends the stream.
+
+What a follower holds is bounded whatever the run's length: the batch it is sending (at most
+``BATCH`` entries, which the log may trim meanwhile) and, once it fell behind the log, the
+snapshot where the log resumes. A follower whose client is gone (``gone``) builds no snapshot:
+a subscriber stalled through a long run and then closed would otherwise serialize the whole
+conversation state for nobody.
 """
 
 from __future__ import annotations
@@ -52,10 +58,10 @@ class Follow:
 
 
 async def follow(
-    gateway: Gateway, ref: ConversationRef, spec: Follow
+    gateway: Gateway, ref: ConversationRef, spec: Follow, gone: Gone | None = None
 ) -> AsyncIterator[LogEntry | dict[str, Any]]:
     """Yield snapshot objects (dicts) and log entries, in cursor order."""
-    async for item in follow_batches(gateway, ref, spec):
+    async for item in follow_batches(gateway, ref, spec, gone=gone):
         if isinstance(item, dict):
             yield item
         else:
@@ -109,6 +115,8 @@ async def _run_ended(gateway: Gateway, ref: ConversationRef, run_id: str) -> boo
 
 #: Writes a batch of entries now, without waiting; False when it cannot (nothing written).
 Push = Callable[[list[LogEntry]], bool]
+#: True once the subscriber's client is gone (its connection closed): the follower ends.
+Gone = Callable[[], bool]
 
 
 class _Sink:
@@ -145,14 +153,22 @@ class _Sink:
 
 
 async def follow_batches(
-    gateway: Gateway, ref: ConversationRef, spec: Follow, push: Push | None = None
+    gateway: Gateway,
+    ref: ConversationRef,
+    spec: Follow,
+    push: Push | None = None,
+    gone: Gone | None = None,
 ) -> AsyncIterator[list[LogEntry] | dict[str, Any]]:
     """Like :func:`follow`, with the log entries of one read as one non-empty list.
 
     A subscriber that is behind gets everything logged since its last read at once, so a
     transport can write it in one send (frames coalesced, never re-serialized). With
     ``push``, batches appended while it waits at the head may be written by ``push`` instead
-    (see :class:`_Sink`): they are not yielded.
+    (see :class:`_Sink`): they are not yielded. With ``gone``, the stream ends instead of
+    building a snapshot once ``gone()`` is true.
+
+    A snapshot is handed over, not kept: while the transport sends it (slowly, for a reader
+    that is behind), this generator holds neither the snapshot object nor its frame.
     """
     counts = _followers.get(gateway)
     if counts is None:
@@ -164,22 +180,19 @@ async def follow_batches(
         pending: list[LogEntry] = []
         if spec.start is not None:
             pos = spec.start
-        elif spec.since is None:
-            body = await gateway.snapshot(ref)
-            yield body
-            if _run_over(body, spec.until_run):
+        elif (
+            spec.since is not None
+            and (probe := await backend.read(ref, spec.since, limit=BATCH, wait=0)).status == "ok"
+        ):
+            pos, pending = spec.since, probe.entries
+        else:  # no resume point, or one no longer in the log
+            if gone is not None and gone():
                 return
-            pos = body["cursor"]
-        else:
-            probe = await backend.read(ref, spec.since, limit=BATCH, wait=0)
-            if probe.status == "ok":
-                pos, pending = spec.since, probe.entries
-            else:
-                body = await gateway.snapshot(ref)
-                yield body
-                if _run_over(body, spec.until_run):
-                    return  # the terminal it follows is inside the snapshot
-                pos = body["cursor"]
+            held = [await gateway.snapshot(ref)]
+            pos, over = held[0]["cursor"], _run_over(held[0], spec.until_run)
+            yield held.pop()
+            if over:
+                return  # the terminal it follows is inside the snapshot
         followed = pos != EMPTY_CURSOR
         stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
         sink = None if push is None else _Sink(push, counts, ref)
@@ -199,11 +212,14 @@ async def follow_batches(
                 if result.status == "unknown" and followed:
                     return  # the conversation was deleted (or evicted)
                 if result.status != "ok":
-                    body = await gateway.snapshot(ref)
-                    yield body
-                    if _run_over(body, spec.until_run):
+                    # Behind the log (trimmed) or past a reset: a snapshot where it resumes.
+                    if gone is not None and gone():
+                        return
+                    held = [await gateway.snapshot(ref)]
+                    pos, over = held[0]["cursor"], _run_over(held[0], spec.until_run)
+                    yield held.pop()
+                    if over:
                         return  # the terminal it follows is inside the snapshot
-                    pos = body["cursor"]
                     followed = pos != EMPTY_CURSOR
                     continue
                 entries = result.entries

@@ -9,7 +9,13 @@ import orjson
 from app.backends import EMPTY_CURSOR, Snapshot
 from core import create_agent_state, is_requesting, project_messages
 
-__all__ = ["active_run_id", "snapshot_object", "snapshot_sse", "snapshot_ws"]
+__all__ = [
+    "active_run_id",
+    "snapshot_object",
+    "snapshot_sse",
+    "snapshot_sse_parts",
+    "snapshot_ws",
+]
 
 
 def active_run_id(state: dict[str, Any]) -> str | None:
@@ -39,12 +45,17 @@ def snapshot_object(key: str, snapshot: Snapshot | None) -> dict[str, Any]:
 
 
 def snapshot_sse(body: dict[str, Any], retry_ms: int | None = None) -> bytes:
-    head = b"" if retry_ms is None else b"retry: %d\n" % retry_ms
-    return b"%sevent: snapshot\nid: %s\ndata: %s\n\n" % (
-        head,
-        body["cursor"].encode(),
-        orjson.dumps(body),
-    )
+    return b"".join(snapshot_sse_parts(body, retry_ms))
+
+
+def snapshot_sse_parts(
+    body: dict[str, Any], retry_ms: int | None = None
+) -> tuple[bytes, bytes, bytes]:
+    """The SSE snapshot frame as (lines before the data, the JSON, the frame's end): a large
+    snapshot is sent from its JSON as serialized, never copied whole into one frame."""
+    retry = b"" if retry_ms is None else b"retry: %d\n" % retry_ms
+    head = b"%sevent: snapshot\nid: %s\ndata: " % (retry, body["cursor"].encode())
+    return head, orjson.dumps(body), b"\n\n"
 
 
 def snapshot_ws(body: dict[str, Any]) -> str:

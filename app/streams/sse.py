@@ -4,6 +4,11 @@ AgentEvent frames carry ``id:`` and ``data:`` only; snapshots are ``event: snaps
 extensions ``event: extension``. The first frame also carries ``retry:``. Heartbeats are
 ``: ping`` comments. A send blocked longer than ``send_timeout_seconds`` drops the subscriber
 (it can resume with Last-Event-ID); the run is never affected.
+
+A stalled subscriber pins a bounded amount, whatever the run's length: the transport is written
+only while it is not paused (or by one send of at most ``COALESCE_BYTES`` past its high-water
+mark), the follower holds one batch, and once it fell behind the log it gets the snapshot where
+the log resumes. One whose connection closed builds nothing more (see ``follow``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.backends import ConversationRef, LogEntry
 from app.gateway import Gateway
 from app.streams.follow import BATCH, Follow, follow_batches
-from app.streams.snapshot import snapshot_sse
+from app.streams.snapshot import snapshot_sse_parts
 from providers.transports.network import wait_within
 
 __all__ = ["RETRY_MS", "SERVER_SEND_EXTENSION", "TRANSPORT_EXTENSION", "sse_response"]
@@ -81,14 +86,21 @@ class _Pusher:
 
     Only a batch that is one send (one frame, or frames joined under ``COALESCE_BYTES``), and
     only once the response has sent its first frame (``retry:``, the snapshot if any).
+    :meth:`gone` tells the follower that the connection closed.
     """
 
-    __slots__ = ("flow", "ready", "server_send")
+    __slots__ = ("flow", "ready", "server_send", "transport")
 
     def __init__(self) -> None:
         self.server_send: Send | None = None
         self.flow: Any = None
+        self.transport: Any = None
         self.ready = False
+
+    def gone(self) -> bool:
+        """The connection is closed or closing (the client left, or it was dropped)."""
+        transport = self.transport
+        return transport is not None and bool(transport.is_closing())
 
     def __call__(self, entries: list[LogEntry]) -> bool:
         flow = self.flow
@@ -170,20 +182,23 @@ class _GatewayEventSource(EventSourceResponse):
             await _send_within(server_send(message), self.send_timeout)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        extensions = scope.get("extensions", {})
         if scope["type"] == "http":
-            self._server_send = scope.get("extensions", {}).get(SERVER_SEND_EXTENSION)
+            self._server_send = extensions.get(SERVER_SEND_EXTENSION)
             self._flow = _flow_of(self._server_send)
             if self.pusher is not None:
                 self.pusher.server_send, self.pusher.flow = self._server_send, self._flow
+                self.pusher.transport = extensions.get(TRANSPORT_EXTENSION)
         try:
             with self.gateway.metrics.track_subscriber("sse"):
                 await super().__call__(scope, receive, send)
-        except SendTimeoutError:
+        except* SendTimeoutError:
+            # The stream's send and a heartbeat's may both time out: a group of two.
             self.gateway.metrics.subscriber_dropped("sse")
             logger.info("dropped a subscriber whose send blocked past the send timeout")
             # Free what the socket buffer pins now: a graceful close would wait for the
             # stalled peer to read it. The subscriber resumes with Last-Event-ID.
-            transport = scope.get("extensions", {}).get(TRANSPORT_EXTENSION)
+            transport = extensions.get(TRANSPORT_EXTENSION)
             if transport is not None:
                 transport.abort()
         finally:
@@ -271,13 +286,23 @@ def _sends(entries: list[LogEntry]) -> Iterable[bytes | memoryview]:
 
 
 class _SharedFrame:
-    """A serialized snapshot frame, shared by the subscribers that start from it."""
+    """A serialized snapshot frame, shared by the subscribers that start from it: one part
+    (one send), or for a large snapshot its head, its JSON as serialized, and its end."""
 
-    __slots__ = ("__weakref__", "cursor", "data")
+    __slots__ = ("__weakref__", "cursor", "parts")
 
-    def __init__(self, data: bytes, cursor: str) -> None:
-        self.data = data
+    def __init__(self, parts: tuple[bytes, ...], cursor: str) -> None:
+        self.parts = parts
         self.cursor = cursor
+
+
+def _snapshot_parts(body: dict[str, Any], retry: bool) -> tuple[bytes, ...]:
+    """The parts of ``body``'s frame: joined when small (the common case, one send); a large
+    one is sent from its JSON in pieces, never copied whole."""
+    head, data, tail = snapshot_sse_parts(body, RETRY_MS if retry else None)
+    if len(head) + len(data) + len(tail) <= COALESCE_BYTES:
+        return (b"".join((head, data, tail)),)
+    return head, data, tail
 
 
 #: Per gateway: (conversation, with retry) -> the newest snapshot frame a subscriber is still
@@ -328,11 +353,12 @@ async def _snapshot_frames(
         else:
             gap = found
     if shared is None:
-        shared = _SharedFrame(snapshot_sse(body, RETRY_MS if retry else None), cursor)
+        shared = _SharedFrame(_snapshot_parts(body, retry), cursor)
         frames[(ref, retry)] = shared
     del body
-    for piece in _pieces(shared.data):
-        yield piece
+    for part in shared.parts:
+        for piece in _pieces(part):
+            yield piece
     del shared
     for frame in _coalesced(gap):
         yield frame
@@ -342,12 +368,16 @@ async def _frames(
     gateway: Gateway, ref: ConversationRef, spec: Follow, pusher: _Pusher | None = None
 ) -> AsyncIterator[bytes | memoryview]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
-    async for item in follow_batches(gateway, ref, spec, pusher):
+    gone = None if pusher is None else pusher.gone
+    async for item in follow_batches(gateway, ref, spec, pusher, gone):
         if isinstance(item, dict):
             with_retry, retry = retry is not None, None
-            async for piece in _snapshot_frames(gateway, ref, item, with_retry):
-                yield piece
+            # Handed over: the snapshot object is freed once its frame is serialized.
+            pieces = _snapshot_frames(gateway, ref, item, with_retry)
             del item
+            async for piece in pieces:
+                yield piece
+            del pieces
         else:
             for frame in _sends(item):
                 if retry is not None:
