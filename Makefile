@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict core providers app
+	$(VENV)/bin/mypy --strict bench
 
 layers: $(STAMP)
 	$(VENV)/bin/lint-imports
@@ -62,7 +63,8 @@ example: $(RUN_STAMP) $(EXAMPLE)/dist/index.html
 	@echo "Ant Design X example: http://$(HOST):$(PORT)/example/"
 	$(VENV)/bin/agent-gateway serve --host $(HOST) --port $(PORT)
 
-# Every benchmark figure of BENCHMARKS.md, one after the other (ARGS=--quick: about a minute).
+# Every bench with a target, one after the other; fails when one is missed or unmeasured
+# (ARGS=--quick: smaller sizes, gating only the targets they measure).
 bench: test-setup $(STAMP)
 	$(PY) bench/run_all.py $(ARGS)
 
