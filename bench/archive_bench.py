@@ -91,10 +91,12 @@ async def timed(
     ``drained``) the archive had written it: the figure's clock. NaN when it never drained."""
     started = clock()
     result = await work
-    done = clock()
-    if drained is not None and not await drained():
-        return result, done - started, math.nan
-    return result, done - started, clock() - started
+    ran = clock() - started
+    if drained is None:
+        return result, ran, ran
+    if not await drained():
+        return result, ran, math.nan
+    return result, ran, clock() - started
 
 
 async def measure(

@@ -64,6 +64,7 @@ async def test_with_the_archive_on_the_clock_stops_when_it_has_drained(
     assert figures["off"]["runs/s"] == [100 / 2.0]
     assert figures["on"]["runs/s"] == [100 / (2.0 + 3.0)]
     assert figures["on"]["drain s"] == [3.0]
+    assert figures["off"]["drain s"] == [0.0]
     assert figures["off"]["events/s"] == [1000 / 1.0]
     assert figures["on"]["events/s"] == [1000 / (1.0 + 3.0)]
     assert set(asked) == {2}
