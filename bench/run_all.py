@@ -55,6 +55,8 @@ BENCHES: dict[str, Bench] = {
     "7": Bench(
         HERE / "peer_bench.py", ["--rounds", "3"], ["--rounds", "1", "--sizes", "2000,20000"]
     ),
+    "core": Bench(HERE / "core_bench.py", [], ["--events", "50000", "--repeats", "3"]),
+    "abort": Bench(HERE / "abort_bench.py", ["--runs", "20"], ["--runs", "5"]),
     "capacity": Bench(
         HERE / "capacity_bench.py",
         ["--deltas", "150", "--cs", "100,150,200,250,300,350,400,450,500,550"],

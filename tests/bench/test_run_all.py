@@ -83,6 +83,8 @@ def test_every_bench_with_a_target_is_run() -> None:
         "memory_bench.py",
         "redis_ratio_bench.py",
         "peer_bench.py",
+        "core_bench.py",
+        "abort_bench.py",
         "capacity_bench.py",
         "archive_bench.py",
         "soak.py",
