@@ -23,10 +23,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness.gate import Gate
 from providers.agent_event import AgentEventProvider
 from providers.testing import make_options, run_collect
 from providers.transports import SSETransport, WebSocketTransport
 from tests.providers.loopback import Loopback, serve_loopback
+
+TARGET_MS = 50.0
 
 
 async def one_run(loopback: Loopback, provider: AgentEventProvider) -> float:
@@ -90,3 +93,12 @@ if __name__ == "__main__":
         result = asyncio.run(main(args.runs))
         result["loop"] = "asyncio"
     print(json.dumps(result, indent=2))
+    gate = Gate("abort")
+    for transport in ("sse", "websocket"):
+        gate.at_most(f"{transport} median", result[transport]["median"], TARGET_MS, " ms")
+    print(
+        "SUMMARY abort → upstream disconnect median: "
+        + ", ".join(f"{t} {result[t]['median']:.1f} ms" for t in ("sse", "websocket"))
+        + f" (target <= {TARGET_MS:g}) {gate.verdict.value}"
+    )
+    sys.exit(gate.finish())

@@ -1,10 +1,12 @@
 """The archive's cost: the same gateway with ``[archive]`` off and on, side by side.
 
 - Many short conversations: ``--conversations`` (1,000) new conversations of ``--deltas`` (20)
-  content deltas each, ``--concurrency`` (20) at a time; runs/s, on ÷ off (target ≥ 0.9). With
-  the archive on, the time until its writer has written everything (``drain s``) is shown too:
-  the writes happen off the stream's path, but not for free.
+  content deltas each, ``--concurrency`` (20) at a time; runs/s, on ÷ off (target ≥ 0.9).
 - Figure 1: one stream of ``--chunks`` (20,000) deltas; events/s, on ÷ off (target ≥ 0.95).
+
+With the archive on, each figure's clock runs until the archive has written everything
+(``agent_gateway_archive_pending`` 0): the writes happen off the stream's path, but not for
+free. ``drain s`` is the part of it after the last run ended.
 
 Rounds alternate off and on; the table shows medians. The archive is a SQLite file in a temp
 directory unless ``--archive-url`` names another (e.g. ``postgresql://postgres@127.0.0.1/db``).
@@ -22,11 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,16 +39,18 @@ import uvloop
 
 from bench.harness import procs
 from bench.harness.flows import gateway_run
+from bench.harness.gate import Gate
 from bench.harness.stats import median, table
 
 RUNS_TARGET = 0.9
 EVENTS_TARGET = 0.95
 MODES = ("off", "on")
+T = TypeVar("T")
 COLUMNS = ("runs/s", "drain s", "CPU ms/run", "events/s", "CPU µs/event")
 
 
-async def many_conversations(port: int, conversations: int, deltas: int, concurrency: int) -> float:
-    """runs/s of ``conversations`` new conversations of ``deltas`` deltas."""
+async def many_conversations(port: int, conversations: int, deltas: int, concurrency: int) -> None:
+    """``conversations`` new conversations of ``deltas`` deltas, ``concurrency`` at a time."""
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in range(conversations):
         queue.put_nowait(index)
@@ -56,13 +62,12 @@ async def many_conversations(port: int, conversations: int, deltas: int, concurr
             if result.status != 200 or result.deltas != deltas:
                 raise RuntimeError(f"bad run: {result.status} {result.body_head[:200]!r}")
 
-    started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return conversations / (time.perf_counter() - started)
 
 
-async def archive_drained(port: int, within: float = 300.0) -> float:
-    """Seconds until the archive has nothing queued (``agent_gateway_archive_pending`` 0)."""
+async def archive_drained(port: int, within: float = 300.0) -> bool:
+    """Whether the archive had nothing queued (``agent_gateway_archive_pending`` 0) within
+    ``within`` seconds."""
     started = time.perf_counter()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         while time.perf_counter() - started < within:
@@ -72,13 +77,32 @@ async def archive_drained(port: int, within: float = 300.0) -> float:
                     line.startswith("agent_gateway_archive_pending ")
                     and float(line.split()[1]) == 0
                 ):
-                    return time.perf_counter() - started
-            await asyncio.sleep(0.05)
-    return float("nan")
+                    return True
+            await asyncio.sleep(0.01)
+    return False
+
+
+async def timed(
+    work: Awaitable[T],
+    drained: Callable[[], Awaitable[bool]] | None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[T, float, float]:
+    """``work``'s result, the seconds it took, and the seconds until it was done *and* (with
+    ``drained``) the archive had written it: the figure's clock. NaN when it never drained."""
+    started = clock()
+    result = await work
+    ran = clock() - started
+    if drained is None:
+        return result, ran, ran
+    if not await drained():
+        return result, ran, math.nan
+    return result, ran, clock() - started
 
 
 async def measure(
-    gateways: dict[str, procs.Server], args: argparse.Namespace
+    gateways: dict[str, procs.Server],
+    args: argparse.Namespace,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, dict[str, list[float]]]:
     figures: dict[str, dict[str, list[float]]] = {
         mode: {name: [] for name in COLUMNS} for mode in MODES
@@ -89,20 +113,27 @@ async def measure(
         for mode in MODES:
             server = gateways[mode]
             port = server.port
+
+            def drained(port: int = port) -> Awaitable[bool]:
+                return archive_drained(port)
+
+            until = drained if mode == "on" else None
             cpu = server.cpu_seconds()
-            figures[mode]["runs/s"].append(
-                await many_conversations(port, args.conversations, args.deltas, args.concurrency)
+            _, ran, total = await timed(
+                many_conversations(port, args.conversations, args.deltas, args.concurrency),
+                until,
+                clock,
             )
-            drain = await archive_drained(port) if mode == "on" else 0.0
-            figures[mode]["drain s"].append(drain)
+            figures[mode]["runs/s"].append(args.conversations / total)
+            figures[mode]["drain s"].append(total - ran)
             figures[mode]["CPU ms/run"].append(
                 (server.cpu_seconds() - cpu) * 1000 / args.conversations
             )
             cpu = server.cpu_seconds()
-            result = await gateway_run(port, args.chunks)
-            figures[mode]["events/s"].append(result.frames / result.elapsed)
-            if mode == "on":
-                await archive_drained(port)
+            result, _, total = await timed(gateway_run(port, args.chunks), until, clock)
+            if result.status != 200 or result.deltas != args.chunks:
+                raise RuntimeError(f"bad stream: {result.status} {result.body_head[:200]!r}")
+            figures[mode]["events/s"].append(result.frames / total)
             figures[mode]["CPU µs/event"].append((server.cpu_seconds() - cpu) * 1e6 / result.frames)
     return figures
 
@@ -125,7 +156,7 @@ def stack(archive_url: str | None) -> Iterator[dict[str, procs.Server]]:
         yield gateways
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--deltas", type=int, default=20)
@@ -154,16 +185,20 @@ def main() -> None:
     events = median(figures["on"]["events/s"]) / median(figures["off"]["events/s"])
     cpu_runs = median(figures["off"]["CPU ms/run"]) / median(figures["on"]["CPU ms/run"])
     cpu_events = median(figures["off"]["CPU µs/event"]) / median(figures["on"]["CPU µs/event"])
-    print(
-        f"SUMMARY archive runs/s on/off = {runs:.2f} (target >= {RUNS_TARGET}) "
-        f"{'PASS' if runs >= RUNS_TARGET else 'FAIL'}; events/s on/off = {events:.2f} "
-        f"(target >= {EVENTS_TARGET}) {'PASS' if events >= EVENTS_TARGET else 'FAIL'}"
-    )
+    gate = Gate("archive")
+    runs_verdict = gate.at_least("runs/s on/off", runs, RUNS_TARGET)
+    events_verdict = gate.at_least("events/s on/off", events, EVENTS_TARGET)
     print(
         f"CPU (work per CPU second) on/off: runs {cpu_runs:.2f}, events {cpu_events:.2f} "
         "(off's CPU time per run or event / on's)"
     )
+    print(
+        f"SUMMARY archive runs/s on/off = {runs:.2f} (target >= {RUNS_TARGET}) "
+        f"{runs_verdict.value}; events/s on/off = {events:.2f} "
+        f"(target >= {EVENTS_TARGET}) {events_verdict.value}"
+    )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

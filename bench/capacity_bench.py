@@ -4,10 +4,12 @@ For each C (``--cs``), on a memory-backend and a Redis-backend gateway (same moc
 private ``redis-server``), in alternating rounds: C conversations each get one SSE subscriber,
 then C runs start at once, each streaming ``--deltas`` deltas at ``--rate`` deltas/s. Added
 delivery latency is the delta's emit time at the mock upstream to its read by the subscriber
-(p99 over every delivery). The figure is the largest C whose p99 stays <= ``--budget-ms`` and
-whose every subscriber got every delta. Targets: Redis C >= 0.5 x memory C, and memory C >= 0.8 x
-what the minimal normalizer (``bench/harness/baselines.py``, ``POST /normalize``: C streaming
-requests at once, the request itself is the subscriber) sustains in the same rounds.
+(p99 over every delivery). The figure is the largest C whose p99 (the median over
+``--rounds``) stays <= ``--budget-ms`` and whose every subscriber got every delta. Targets:
+Redis C >= 0.5 x memory C, and memory C >= 0.8 x what the minimal normalizer
+(``bench/harness/baselines.py``, ``POST /normalize``: C streaming requests at once, the request
+itself is the subscriber) sustains in the same rounds. A capacity at the largest C tried is only
+a lower bound: a ratio it leaves open is not measured (the bench exits 3).
 
 With ``--timeline``, each gateway step also prints where its latency came from: per 200 ms
 of emit time (from the step's first emit), the deliveries, their p99 and the server's CPU (of
@@ -36,10 +38,13 @@ import uvloop
 from bench.harness import procs
 from bench.harness.client import read_stream, request_json
 from bench.harness.flows import baseline_body, gateway_run_body, new_key
+from bench.harness.gate import Gate, value_of
 from bench.harness.stats import percentile, table
 
 BACKENDS = ("memory", "redis")
 CONTENDERS = (*BACKENDS, "normalizer")
+#: (dividend, divisor): the least capacity ratio.
+RATIO_TARGETS = {("redis", "memory"): 0.5, ("memory", "normalizer"): 0.8}
 
 
 @dataclass
@@ -167,17 +172,48 @@ async def measure(
 
 
 def capacity(steps: dict[int, list[Step]], budget_ms: float) -> int:
-    """The largest C whose every round met the budget, all C below it included."""
+    """The largest C whose median p99 over its rounds met the budget, with every delta
+    delivered in every round, all C below it included."""
     best = 0
     for c in sorted(steps):
-        if all(s.complete and s.p99_ms <= budget_ms for s in steps[c]):
+        rounds = steps[c]
+        held = value_of([s.p99_ms for s in rounds])
+        if rounds and all(s.complete for s in rounds) and held is not None and held <= budget_ms:
             best = c
         else:
             break
     return best
 
 
-def main() -> None:
+def judge_ratio(gate: Gate, name: str, a: int, b: int, top: int, bound: float) -> None:
+    """Judge capacity ``a`` / ``b`` >= ``bound``. A capacity that held the largest C tried
+    (``top``) is only a lower bound: as the divisor it leaves the ratio unknown (not measured);
+    as the dividend the ratio is a lower bound, which proves a pass but not a miss."""
+    if b == 0:
+        gate.not_measured(name, "the divisor held no C tried: try smaller C")
+    elif b >= top:
+        gate.not_measured(name, f"the divisor held the largest C tried ({top}): try larger C")
+    elif a >= top and a / b < bound:
+        gate.not_measured(name, f">= {a / b:.2f} (the dividend held every C tried): try larger C")
+    else:
+        gate.at_least(name, a / b, bound)
+
+
+def judge(out: dict[str, dict[int, list[Step]]], cs: list[int], budget_ms: float) -> Gate:
+    """The targets on the capacities of ``out`` (medians over rounds per C)."""
+    gate = Gate("capacity")
+    top = max(cs)
+    caps = {name: capacity(out[name], budget_ms) for name in CONTENDERS}
+    for (a, b), bound in RATIO_TARGETS.items():
+        name = f"{a}/{b} C"
+        if not out[a] or not out[b]:
+            gate.not_measured(name, f"{a if not out[a] else b} not measured")
+        else:
+            judge_ratio(gate, name, caps[a], caps[b], top, bound)
+    return gate
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cs", default="25,50,100,200,400")
     parser.add_argument("--rate", type=float, default=50.0)
@@ -214,12 +250,15 @@ def main() -> None:
     norm = capacity(out["normalizer"], args.budget_ms)
     ratio = red / mem if mem else float("nan")
     versus = mem / norm if norm else float("nan")
+    gate = judge(out, cs, args.budget_ms)
     print(
         f"SUMMARY capacity p99 <= {args.budget_ms:g} ms: memory C = {mem}, redis C = {red}, "
         f"normalizer C = {norm}; redis/memory = {ratio:.2f} (target >= 0.5), "
-        f"memory/normalizer = {versus:.2f} (target >= 0.8) (C tried: {args.cs})"
+        f"memory/normalizer = {versus:.2f} (target >= 0.8) (C tried: {args.cs}) "
+        f"{gate.verdict.value}"
     )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

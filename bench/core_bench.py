@@ -8,7 +8,8 @@
    process. The prebuilt input events are moved out of the collector's way (``gc.freeze``) so
    the figure is the store's own cost, not the cost of the benchmark's 100,000 input dicts.
 
-Run: ``.venv/bin/python bench/core_bench.py`` (targets: >= 150,000 events/s, ratio < 1.5).
+Run: ``.venv/bin/python bench/core_bench.py`` (targets: >= 150,000 events/s, ratio <= 1.5;
+the gate judges the medians over the repeats).
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness.gate import Gate
 from core import AgentStore, EventFactory, create_agent_state, reduce_agent_state, validate_event
 
 DELTA_TYPES = ("message.delta", "reasoning.delta")
+EVENTS_TARGET = 150_000.0
+RATIO_TARGET = 1.5
 
 
 def realistic_mix(total: int) -> list[dict[str, Any]]:
@@ -148,7 +156,7 @@ def pure_fold_rate(events: list[dict[str, Any]]) -> float:
     return len(events) / (time.perf_counter() - start)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=5)
@@ -177,7 +185,16 @@ def main() -> None:
         f"ratio {figures['ratio']:.2f} (best windows; median of per-run ratios "
         f"{figures['median_ratio']:.2f})"
     )
+    gate = Gate("core")
+    gate.at_least("AgentStore.dispatch events/s (median)", median, EVENTS_TARGET)
+    gate.at_most("append cost 100,000th / 1,000th (median)", figures["median_ratio"], RATIO_TARGET)
+    print(
+        f"SUMMARY core dispatch median {median:,.0f} ev/s (target >= {EVENTS_TARGET:,.0f}); "
+        f"append ratio median {figures['median_ratio']:.2f} (target <= {RATIO_TARGET}) "
+        f"{gate.verdict.value}"
+    )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,12 +33,16 @@ import uvloop
 from bench.harness import procs
 from bench.harness.client import StreamResult, read_stream
 from bench.harness.flows import gateway_run_body, new_key
+from bench.harness.gate import Gate
 from bench.harness.mock_upstream import prompt
 from bench.harness.stats import median, percentile, table
 
 PEER_DIR = Path(__file__).resolve().parent / "peer"
 THROUGHPUT_TARGET = 10.0
 FLAT_TARGET = 1.5
+#: The sizes the targets are set at: the ratio at N = 20k, the flatness from 2k to 20k.
+TARGET_N = 20000
+FLAT_FROM_N = 2000
 
 
 @dataclass
@@ -147,7 +151,7 @@ async def measure(
     return cells
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="2000,5000,10000,20000")
     parser.add_argument("--rounds", type=int, default=3)
@@ -182,13 +186,24 @@ def main() -> None:
     )
     flat = median(cells["gateway"][big].cpu_us) / median(cells["gateway"][small].cpu_us)
     peer_flat = median(cells["copilotkit"][big].cpu_us) / median(cells["copilotkit"][small].cpu_us)
-    ok = speedup >= THROUGHPUT_TARGET and flat <= FLAT_TARGET
+    gate = Gate("figure7")
+    if big < TARGET_N:
+        gate.not_measured(f"gateway/copilotkit events/s at N={TARGET_N}", f"largest N {big}")
+    else:
+        gate.at_least(f"gateway/copilotkit events/s at N={big}", speedup, THROUGHPUT_TARGET)
+    if big < TARGET_N or small > FLAT_FROM_N:
+        gate.not_measured(
+            f"gateway CPU/event N={TARGET_N} / N={FLAT_FROM_N}", f"N from {small} to {big}"
+        )
+    else:
+        gate.at_most(f"gateway CPU/event N={big} / N={small}", flat, FLAT_TARGET)
     print(
         f"SUMMARY figure7 N={big}: gateway/copilotkit events/s = {speedup:.1f}x "
         f"(target >= {THROUGHPUT_TARGET:g}x); gateway CPU/event N={big}/N={small} = {flat:.2f} "
-        f"(target <= {FLAT_TARGET}; copilotkit {peer_flat:.2f}) {'PASS' if ok else 'FAIL'}"
+        f"(target <= {FLAT_TARGET}; copilotkit {peer_flat:.2f}) {gate.verdict.value}"
     )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

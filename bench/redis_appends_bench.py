@@ -4,7 +4,8 @@ Isolates what the capacity bench's Redis gateway does per delta (the fenced appe
 ``FencedWriter`` and ``EventLog``) from HTTP, SSE and the upstream: per-append latency p50/p99,
 this process's CPU seconds and the Redis round trips made (``ScriptPipeline.round_trips``;
 ``-`` on a tree without it). ``--tree`` runs another checkout's ``app`` (a before/after
-comparison on one machine, one Redis). Keys go under a fresh prefix, deleted at the end.
+comparison on one machine, one Redis). Keys go under a fresh prefix, deleted at the end. The
+Redis runs with the deployed append-only file meanwhile (``CONFIG SET``, set back after).
 
 Usage: ``.venv/bin/python bench/redis_appends_bench.py [--c 100] [--rate 50] [--seconds 3]
 [--redis-url redis://127.0.0.1:6379/0] [--tree PATH]``
@@ -83,10 +84,14 @@ async def _main(args: argparse.Namespace) -> None:
 
 def main() -> None:
     args = _args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.harness.procs import persistent
+
     sys.path.insert(0, args.tree)
     import uvloop
 
-    uvloop.run(_main(args))
+    with persistent(args.redis_url):  # the Redis found running persists as deployed
+        uvloop.run(_main(args))
 
 
 if __name__ == "__main__":

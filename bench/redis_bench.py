@@ -11,6 +11,8 @@ code paths as two processes: Lua scripts, pub/sub, polling, the per-instance log
 - ``--e2e``: the same two measurements through the HTTP API with two gateway processes and a
   slow mock upstream (abort: POST on B until the upstream sees its connection closed).
 
+The Redis runs with the deployed append-only file meanwhile (``CONFIG SET``, set back after).
+
 Usage: ``python -m bench.redis_bench [--redis-url URL] [--rounds N] [--lease-ttl S] [--e2e]``
 """
 
@@ -25,6 +27,7 @@ from typing import Any, Literal
 
 from app.backends import ConversationMeta, ConversationRef
 from app.backends.redis import RedisBackend, redis_client
+from bench.harness.procs import persistent
 from providers.contract import Command
 
 
@@ -34,10 +37,12 @@ class TimedControl:
         self.aborted = asyncio.Event()
         self.aborted_at = 0.0
 
-    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> None:
-        if not self.aborted.is_set():
-            self.aborted_at = time.perf_counter()
-            self.aborted.set()
+    def abort(self, reason: Literal["aborted", "interrupted", "shutdown"]) -> bool:
+        if self.aborted.is_set():
+            return False
+        self.aborted_at = time.perf_counter()
+        self.aborted.set()
+        return True
 
     def deliver(self, command: Command) -> None:
         pass
@@ -207,6 +212,11 @@ async def main() -> None:
     parser.add_argument("--lease-ttl", type=float, default=1.0)
     parser.add_argument("--e2e", action="store_true", help="also through HTTP, two processes")
     args = parser.parse_args()
+    with persistent(args.redis_url):  # the Redis found running persists as deployed
+        await _measure(args)
+
+
+async def _measure(args: argparse.Namespace) -> None:
     print(_summary("abort A<-B (pub/sub)", await abort_latency(args.redis_url, args.rounds, True)))
     print(
         _summary(

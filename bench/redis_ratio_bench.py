@@ -5,6 +5,8 @@ One mock upstream, one memory-backend gateway and one Redis-backend gateway (on 
 (events/s, gateway CPU µs/event, and gateway + redis-server CPU µs/event: work moved into Lua
 scripts is not free) and fan-out of one ``--fan-chunks`` run at ``--delay`` ms to K
 subscribers (p99 latency, CPU µs per delivered event). Ratios are redis / memory of the medians.
+Targets (issue 15): events/s ≥ 0.5 x memory's; gateway + redis-server CPU per event ≤ 2 x
+memory's; p99 on Redis ≤ 250 ms at K = 50 and ≤ 1,000 ms at K = 500.
 
 Usage: ``.venv/bin/python bench/redis_ratio_bench.py [--chunks 20000] [--rounds 3]
 [--ks 1,50,200,500] [--fan-chunks 5000] [--delay 1]``
@@ -23,10 +25,15 @@ import uvloop
 from bench.fanout_bench import Round, gateway_round
 from bench.harness import procs
 from bench.harness.flows import gateway_run
+from bench.harness.gate import Gate
 from bench.harness.stats import median, table
 from bench.throughput_bench import Series
 
 BACKENDS = ("memory", "redis")
+#: Issue 15's targets, Redis against memory.
+EVENTS_TARGET = 0.5
+CPU_TARGET = 2.0
+FAN_P99_TARGETS_MS = {50: 250.0, 500: 1000.0}
 
 
 async def measure(
@@ -67,7 +74,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -121,11 +128,42 @@ def main() -> None:
     kmax = max(ks)
     p99 = median([x.p99_ms for x in fan["redis"][kmax]])
     cpu = _ratio(median(total["redis"]), median(total["memory"]))
+    gate = judge(series, total, fan, complete)
     print(
         f"SUMMARY figure6 redis/memory events/s = {thr:.2f}; CPU/event (gateway+redis) = "
-        f"{cpu:.2f}x; redis K={kmax} p99 = {p99:.1f} ms; all delivered = {complete}"
+        f"{cpu:.2f}x; redis K={kmax} p99 = {p99:.1f} ms; all delivered = {complete} "
+        f"{gate.verdict.value}"
     )
+    return gate.finish()
+
+
+def judge(
+    series: dict[str, Series],
+    total: dict[str, list[float]],
+    fan: dict[str, dict[int, list[Round]]],
+    complete: bool,
+) -> Gate:
+    """Issue 15's targets on the medians over the rounds; a K the sizes did not run is not
+    measured."""
+    gate = Gate("figure6")
+    gate.holds("all delivered", complete)
+    gate.at_least(
+        "redis/memory events/s",
+        _ratio(median(series["redis"].events_per_s), median(series["memory"].events_per_s)),
+        EVENTS_TARGET,
+    )
+    gate.at_most(
+        "redis/memory CPU/event (gateway+redis-server)",
+        _ratio(median(total["redis"]), median(total["memory"])),
+        CPU_TARGET,
+    )
+    for k, bound in FAN_P99_TARGETS_MS.items():
+        if k in fan["redis"]:
+            gate.at_most(f"redis p99 at K={k}", [x.p99_ms for x in fan["redis"][k]], bound, " ms")
+        else:
+            gate.not_measured(f"redis p99 at K={k}", f"K={k} not run (K: {sorted(fan['redis'])})")
+    return gate
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

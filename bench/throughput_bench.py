@@ -27,6 +27,7 @@ import uvloop
 from bench.harness import procs
 from bench.harness.client import StreamResult
 from bench.harness.flows import gateway_run, stream_baseline
+from bench.harness.gate import Gate
 from bench.harness.stats import median, table
 
 TARGET = 1.0
@@ -109,7 +110,7 @@ def stack(backend: str) -> Iterator[tuple[procs.Server, procs.Server]]:
         yield gateway, baseline
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -120,20 +121,22 @@ def main() -> None:
     with stack(args.backend) as (gateway, baseline):
         by_burst = uvloop.run(measure(gateway, baseline, args.chunks, args.rounds, bursts))
     parts = []
-    passed = True
+    gate = Gate("figure1")
     for burst, series in by_burst.items():
         label = f" ({args.backend} backend, {burst} upstream events per write)"
         ratio = report(series, args.chunks, args.rounds, label)
         cpu = median(series["gateway"].cpu_us_per_event)
-        passed = passed and ratio >= TARGET and cpu <= CPU_TARGET_US
+        gate.at_least(f"burst={burst} gateway/normalizer events/s", ratio, TARGET)
+        gate.at_most(f"burst={burst} gateway CPU", cpu, CPU_TARGET_US, " µs/event")
         parts.append(f"burst={burst}: ratio {ratio:.2f}, gateway CPU {cpu:.1f} µs/event")
     print(
         f"SUMMARY figure1 backend={args.backend} chunks={args.chunks} "
         f"gateway/normalizer events/s; {'; '.join(parts)} "
         f"(targets: ratio >= {TARGET}, CPU <= {CPU_TARGET_US} µs/event) "
-        f"{'PASS' if passed else 'FAIL'}"
+        f"{gate.verdict.value}"
     )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,6 +23,7 @@ import uvloop
 from bench.harness import procs
 from bench.harness.client import StreamResult, read_stream
 from bench.harness.flows import baseline_body, gateway_run_body, new_key
+from bench.harness.gate import Gate
 from bench.harness.stats import median, percentile, table
 
 TARGET_MS = 2.0
@@ -77,7 +78,7 @@ async def measure(
     return samples
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=50)
     args = parser.parse_args()
@@ -102,11 +103,14 @@ def main() -> None:
         )
     )
     added = median(samples["gateway (first delta)"]) - direct
+    gate = Gate("figure3")
+    gate.at_most("added time to first delta", added, TARGET_MS, " ms")
     print(
         f"SUMMARY figure3 added time to first delta = {added:.2f} ms "
-        f"(target <= {TARGET_MS:g}) {'PASS' if added <= TARGET_MS else 'FAIL'}"
+        f"(target <= {TARGET_MS:g}) {gate.verdict.value}"
     )
+    return gate.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

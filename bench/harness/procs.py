@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 __all__ = [
     "ROOT",
     "Server",
     "free_port",
     "gateway_config",
+    "persistent",
+    "redis_process",
     "redis_server",
     "start_process",
     "start_server",
@@ -260,28 +264,36 @@ class RedisProcess:
         return pid_cpu_seconds(self.pid)
 
 
+#: How ``docker-compose.yml`` deploys Redis: an append-only file, fsynced every second.
+PERSISTENCE = ("--appendonly", "yes", "--appendfsync", "everysec")
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
-    """A private ``redis-server`` on a free port (no persistence); yields its URL."""
+    """A private ``redis-server`` on a free port, persisting as deployed; yields its URL."""
     with redis_process() as server:
         yield server.url
 
 
 @contextlib.contextmanager
-def redis_process(*extra: str) -> Iterator[RedisProcess]:
-    """A private ``redis-server`` on a free port (no persistence unless ``extra`` asks)."""
+def redis_process(*extra: str, persistence: bool = True) -> Iterator[RedisProcess]:
+    """A private ``redis-server`` on a free port, in a directory of its own, with the deployed
+    append-only file (``persistence=False``: none, for a bench about persistence off); ``extra``
+    arguments last."""
     port = free_port()
+    directory = tempfile.mkdtemp(prefix="bench-redis-")
     process = subprocess.Popen(
         [
             "redis-server",
             "--port",
             str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
             "--bind",
             "127.0.0.1",
+            "--dir",
+            directory,
+            "--save",
+            "",
+            *(PERSISTENCE if persistence else ("--appendonly", "no")),
             *extra,
         ],
         stdout=subprocess.DEVNULL,
@@ -297,6 +309,36 @@ def redis_process(*extra: str) -> Iterator[RedisProcess]:
     finally:
         process.terminate()
         process.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def persistent(url: str, within: float = 60.0) -> Iterator[None]:
+    """A Redis found already running at ``url``, persisting as deployed for the block
+    (``CONFIG SET appendonly yes``, ``appendfsync everysec``), then set back as it was. Waits
+    for the append-only file's first rewrite (a fork) to end before the block measures."""
+    client = redis.Redis.from_url(url)
+    try:
+        before = {
+            name: str(client.config_get(name)[name]) for name in ("appendonly", "appendfsync")
+        }
+        client.config_set("appendfsync", "everysec")
+        client.config_set("appendonly", "yes")
+        deadline = time.monotonic() + within
+        while True:
+            info = client.info("persistence")
+            if info["aof_enabled"] and not info["aof_rewrite_in_progress"]:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url}: the append-only file was not written in {within} s")
+            time.sleep(0.05)
+        try:
+            yield
+        finally:
+            client.config_set("appendonly", before["appendonly"])
+            client.config_set("appendfsync", before["appendfsync"])
+    finally:
+        client.close()
 
 
 @contextlib.contextmanager
