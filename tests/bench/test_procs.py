@@ -12,7 +12,7 @@ def _persistence(url: str) -> tuple[str, str]:
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
         got = {**client.config_get("appendonly"), **client.config_get("appendfsync")}
-        return got["appendonly"], got["appendfsync"]
+        return str(got["appendonly"]), str(got["appendfsync"])
     finally:
         client.close()
 
