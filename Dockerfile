@@ -12,15 +12,19 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
+# The dependencies first, at the exact versions of deploy/constraints.txt (scripts/constraints.sh):
+# a layer that a change of the code alone does not rebuild.
 COPY deploy/constraints.txt ./deploy/constraints.txt
+RUN /opt/venv/bin/pip install --no-cache-dir -r deploy/constraints.txt
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY core ./core
 COPY providers ./providers
 COPY app ./app
 COPY clients/js/src ./clients/js/src
-# The project itself (not editable), its dependencies at the exact versions of
-# deploy/constraints.txt (scripts/constraints.sh); pip and setuptools leave the venv afterwards.
-RUN /opt/venv/bin/pip install --no-cache-dir -c deploy/constraints.txt . \
+# The project itself (not editable; its dependencies are all in already, checked by pip check);
+# pip and setuptools leave the venv afterwards.
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps . \
+ && /opt/venv/bin/pip check \
  && /opt/venv/bin/python -c "import app.factory, app.backends.redis" \
  && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools
 

@@ -27,7 +27,9 @@ if [[ -z "${PYTHON_IMAGE:-}" ]]; then
   fi
 fi
 
-args=(build --tag "$IMAGE" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --network host)
+# Also tagged with the project's version (the Kubernetes manifests name agent-gateway:<version>).
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/pyproject.toml")
+args=(build --tag "$IMAGE" --tag "${IMAGE%:*}:$version" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --network host)
 if [[ "$ENGINE" == podman ]]; then
   args+=(--format docker --layers)
   pip_mounts

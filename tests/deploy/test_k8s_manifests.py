@@ -331,7 +331,7 @@ def test_pods_run_as_the_image_user_with_a_read_only_root() -> None:
         tmp = [m for m in spec["volumeMounts"] if m["mountPath"] == "/tmp"]
         assert len(tmp) == 1 and "emptyDir" in volumes[tmp[0]["name"]], f"{kind}: /tmp"
         assert spec["resources"]["requests"]["memory"] and spec["resources"]["limits"]["memory"]
-        assert spec["image"] == f"agent-event-gateway:{version}", kind
+        assert spec["image"] == f"agent-gateway:{version}", kind
 
 
 def test_termination_grace_covers_the_prestop_pause_and_the_drain(
