@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import orjson
 import pytest
+import websockets
 
 from app import errors
 from app.api.errors import STATUS, ApiError, error_response
 from app.errors import GatewayError
+from tests.app.agui_client import run_input, user
+from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.scripted_provider import ScriptedProvider
 
 SPEC = Path(__file__).resolve().parents[3] / "docs" / "spec" / "http-api.md"
 
@@ -81,3 +86,24 @@ def test_an_api_error_keeps_its_own_status_and_headers() -> None:
     assert orjson.loads(response.body) == {
         "error": {"code": "unsupported_media_type", "message": "No."}
     }
+
+
+async def test_http_websocket_and_ag_ui_answer_a_domain_error_alike(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(make_settings(), providers={"demo": ScriptedProvider()})
+    expected = {"code": "unknown_provider", "message": 'Unknown provider "nope".'}
+    async with gw.client() as client:
+        runs = await client.post(
+            "/v1/conversations/e1/runs", json={"input": {"prompt": "x"}, "provider": "nope"}
+        )
+        agui = await client.post("/v1/ag-ui/nope", json=run_input("e1", "r1", [user("x")]))
+    assert (runs.status_code, runs.json()) == (404, {"error": expected})
+    assert (agui.status_code, agui.json()) == (404, {"error": expected})
+    async with websockets.connect(f"{gw.ws_url}/v1/conversations/e1/ws") as ws:
+        await asyncio.wait_for(ws.recv(), 10)  # the snapshot
+        await ws.send(
+            orjson.dumps({"op": "request", "input": {"prompt": "x"}, "provider": "nope"}).decode()
+        )
+        frame = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert frame == {"type": "error", **expected, "op": "request"}
