@@ -77,9 +77,6 @@ class ApiError(GatewayError):
         self.code = code
         self.headers = dict(headers or {})
 
-    def body(self) -> dict[str, Any]:
-        return error_body(self.code, self.message, self.details)
-
 
 def error_status(exc: GatewayError) -> int:
     if isinstance(exc, ApiError):

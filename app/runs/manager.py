@@ -139,7 +139,7 @@ class RunManager:
         reload: bool = False,
         answer_of: AnswerOf | None = None,
     ) -> Submission:
-        """Accept a run (or refuse it with an ``ApiError``). ``answer_of`` (a request with an
+        """Accept a run (or refuse it with a ``GatewayError``). ``answer_of`` (a request with an
         ``Idempotency-Key``) turns the 202 body into the answer the backend stores in the
         step that accepts the run."""
         self._refuse_if_draining()
