@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from app.agui.ids import parse_agui_id
-from app.api.errors import ApiError
+from app.errors import InvalidRequest
 
 __all__ = ["ApprovalAnswer", "NewTurn", "ToolAnswer", "TurnRequest", "read_input"]
 
@@ -61,8 +61,8 @@ class TurnRequest:
     approvals: list[ApprovalAnswer] = field(default_factory=list)
 
 
-def _invalid(message: str) -> ApiError:
-    return ApiError(422, "invalid_request", message)
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(message)
 
 
 def _dump(model: Any) -> Any:

@@ -16,9 +16,9 @@ from typing import Annotated
 from fastapi import Header
 from starlette.requests import HTTPConnection
 
-from app.api.errors import ApiError
 from app.auth.tokens import TokenTable
 from app.config import AuthSection
+from app.errors import InvalidRequest, NotAService
 
 __all__ = ["ACT_AS_HEADER", "ActAsHeader", "ServiceTable", "act_as"]
 
@@ -64,10 +64,10 @@ def act_as(connection: HTTPConnection, auth: AuthSection, token: str | None, pri
     if target is None:
         return principal
     if auth.mode == "none" or not _services(connection, auth).is_service(token, principal):
-        raise ApiError(403, "not_a_service", "X-Act-As is only accepted from a service token.")
+        raise NotAService("X-Act-As is only accepted from a service token.")
     target = target.strip()
     if not _PRINCIPAL.match(target):
-        raise ApiError(422, "invalid_request", "X-Act-As must name a principal.")
+        raise InvalidRequest("X-Act-As must name a principal.")
     logger.info(
         "service %s acts as %s: %s %s",
         principal,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.api.errors import ApiError
 from app.config import Settings
+from app.errors import UnknownProvider
 from providers.contract import AgentProvider
 from providers.registry import create_provider
 
@@ -42,7 +42,7 @@ class ProviderCatalog:
     def get(self, name: str) -> AgentProvider:
         provider = self._providers.get(name)
         if provider is None:
-            raise ApiError(404, "unknown_provider", f'Unknown provider "{name}".')
+            raise UnknownProvider(f'Unknown provider "{name}".')
         return provider
 
     def describe(self) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.api.errors import ApiError
+from app import errors
 from app.backends import ConversationRef
 from app.gateway import Gateway
 from app.runs.limits import check_json_size
@@ -49,13 +49,13 @@ async def target_scope(
 async def _state(gateway: Gateway, ref: ConversationRef) -> dict[str, Any]:
     snapshot = await gateway.backend.snapshot(ref)
     if snapshot is None:
-        raise ApiError(404, "conversation_not_found", "No such conversation.")
+        raise errors.ConversationNotFound("No such conversation.")
     return snapshot.state
 
 
 def _require_running(state: dict[str, Any], run_id: str) -> None:
     if state.get("runs", {}).get(run_id, {}).get("status") != "running":
-        raise ApiError(409, "run_not_running", f"Run {run_id} is not running.")
+        raise errors.RunNotRunning(f"Run {run_id} is not running.")
 
 
 def _in_flight(gateway: Gateway, ref: ConversationRef, run_id: str) -> set[str]:
@@ -67,7 +67,7 @@ async def _deliver(
     gateway: Gateway, ref: ConversationRef, run_id: str, command: Command, target_id: str
 ) -> dict[str, Any]:
     if not await gateway.backend.send_command(ref, run_id, command):
-        raise ApiError(409, "run_not_running", f"Run {run_id} is not running.")
+        raise errors.RunNotRunning(f"Run {run_id} is not running.")
     _in_flight(gateway, ref, run_id).add(target_id)
     return {
         "conversationKey": ref.key,
@@ -89,20 +89,18 @@ async def resolve_approval(
     state = await _state(gateway, ref)
     approval = _find(state, "approvals", approval_id)
     if approval is None:
-        raise ApiError(404, "approval_not_found", f"No approval {approval_id}.")
+        raise errors.ApprovalNotFound(f"No approval {approval_id}.")
     run_id = approval["runId"]
     if approval.get("status") != "waiting" or approval_id in _in_flight(gateway, ref, run_id):
-        raise ApiError(409, "approval_already_resolved", f"Approval {approval_id} is resolved.")
+        raise errors.ApprovalAlreadyResolved(f"Approval {approval_id} is resolved.")
     _require_running(state, run_id)
     expires_at = approval.get("expiresAt")
     if isinstance(expires_at, int | float) and time.time() * 1000 >= expires_at:
-        raise ApiError(410, "approval_expired", f"Approval {approval_id} has expired.")
+        raise errors.ApprovalExpired(f"Approval {approval_id} has expired.")
     if decision == "modified" and approval.get("editable") is not True:
-        raise ApiError(422, "approval_not_editable", f"Approval {approval_id} is not editable.")
+        raise errors.ApprovalNotEditable(f"Approval {approval_id} is not editable.")
     if expected_version is not None and expected_version != approval.get("version"):
-        raise ApiError(
-            409,
-            "version_mismatch",
+        raise errors.VersionMismatch(
             f"Approval {approval_id} is at another version.",
             details={"version": approval.get("version")},
         )
@@ -130,12 +128,10 @@ async def submit_tool_result(
     state = await _state(gateway, ref)
     tool = _find(state, "toolCalls", tool_call_id)
     if tool is None:
-        raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
+        raise errors.ToolNotFound(f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
     if not _awaits_app(tool) or tool_call_id in _in_flight(gateway, ref, run_id):
-        raise ApiError(
-            409, "tool_not_awaiting_result", f"Tool call {tool_call_id} awaits no result."
-        )
+        raise errors.ToolNotAwaitingResult(f"Tool call {tool_call_id} awaits no result.")
     _require_running(state, run_id)
     payload: dict[str, Any] = {"toolCallId": tool_call_id, "result": result}
     if is_error:
@@ -149,7 +145,7 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
     state = await _state(gateway, ref)
     tool = _find(state, "toolCalls", tool_call_id)
     if tool is None:
-        raise ApiError(404, "tool_not_found", f"No tool call {tool_call_id}.")
+        raise errors.ToolNotFound(f"No tool call {tool_call_id}.")
     run_id = tool["runId"]
     error = tool.get("error")
     retryable = isinstance(error, dict) and error.get("retryable") is True
@@ -158,7 +154,7 @@ async def retry_tool(gateway: Gateway, ref: ConversationRef, tool_call_id: str) 
         or not retryable
         or tool_call_id in _in_flight(gateway, ref, run_id)
     ):
-        raise ApiError(409, "tool_not_retryable", f"Tool call {tool_call_id} cannot be retried.")
+        raise errors.ToolNotRetryable(f"Tool call {tool_call_id} cannot be retried.")
     _require_running(state, run_id)
     return await _deliver(
         gateway, ref, run_id, Command("tool.retry", {"toolCallId": tool_call_id}), tool_call_id

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.errors import ApiError
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.types import LogItem
 from app.config import Settings
+from app.errors import UnknownProvider
 from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
@@ -253,7 +253,7 @@ async def _execute_run(
     meta = snapshot.meta
     try:
         provider = catalog.get(request.provider)
-    except ApiError as exc:  # adopted from an instance configured with other providers
+    except UnknownProvider as exc:  # adopted from an instance configured with other providers
         error = {"code": exc.code, "message": exc.message}
         await _close_unterminated(backend, ref, meta.session_id, active, error)
         return

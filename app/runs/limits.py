@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.api.errors import ApiError
+from app import errors
 from app.backends import ConversationRef
 from app.backends.limit_store import LimitStore, SubscriberRefusal
 from app.config import LimitsSection
@@ -96,13 +96,10 @@ class RunRateLimiter:
                 window.remove(stamp)
 
 
-def _rate_limited(per_minute: int, wait: float) -> ApiError:
-    retry = str(max(1, math.ceil(wait)))
-    return ApiError(
-        429,
-        "rate_limited",
-        f"More than {per_minute} runs per minute; retry in {retry} s.",
-        headers={"Retry-After": retry},
+def _rate_limited(per_minute: int, wait: float) -> errors.RateLimited:
+    retry = max(1, math.ceil(wait))
+    return errors.RateLimited(
+        f"More than {per_minute} runs per minute; retry in {retry} s.", retry_after=retry
     )
 
 
@@ -145,12 +142,9 @@ class SubscriberLimits:
             self.release(ref)
 
 
-def _too_many_subscribers(which: str) -> ApiError:
-    return ApiError(
-        429,
-        "too_many_subscribers",
-        f"Too many concurrent subscribers (at most {which}).",
-        headers={"Retry-After": "1"},
+def _too_many_subscribers(which: str) -> errors.TooManySubscribers:
+    return errors.TooManySubscribers(
+        f"Too many concurrent subscribers (at most {which}).", retry_after=1
     )
 
 
@@ -225,7 +219,7 @@ class GatewayLimits:
             with contextlib.suppress(Exception):  # backend unreachable: the slot lapses
                 await self.store.free_subscriber(token)
 
-    def _subscribers_refused(self, which: SubscriberRefusal) -> ApiError:
+    def _subscribers_refused(self, which: SubscriberRefusal) -> errors.TooManySubscribers:
         s = self.settings
         if which == "principal":
             return _too_many_subscribers(f"{s.max_subscribers_per_principal} per principal")
@@ -239,11 +233,8 @@ class GatewayLimits:
         ``reserve(limit)`` counts it atomically when there is room."""
         limit = self.settings.max_conversations_per_principal
         if not await reserve(limit):
-            raise ApiError(
-                429,
-                "too_many_conversations",
-                f"At most {limit} conversations per principal; delete one first.",
-                headers={"Retry-After": "60"},
+            raise errors.TooManyConversations(
+                f"At most {limit} conversations per principal; delete one first.", retry_after=60
             )
 
     def cap_event(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -256,9 +247,9 @@ def check_json_size(value: Any, limit: int, what: str) -> None:
     try:
         size = len(orjson.dumps(value))
     except TypeError as exc:
-        raise ApiError(422, "invalid_request", f"{what} cannot be stored as JSON: {exc}.") from None
+        raise errors.InvalidRequest(f"{what} cannot be stored as JSON: {exc}.") from None
     if size > limit:
-        raise ApiError(413, "payload_too_large", f"{what} is larger than {limit} bytes.")
+        raise errors.PayloadTooLarge(f"{what} is larger than {limit} bytes.")
 
 
 def ws_max_size(max_ws_frame_bytes: int) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from app.api.errors import ApiError
+from app import errors
 from app.archive import Archive
 from app.backends import EMPTY_CURSOR, Backend, ConversationMeta, ConversationRef
 from app.backends.types import AcceptedAnswer, QueuedRun
@@ -139,7 +139,7 @@ class RunManager:
         reload: bool = False,
         answer_of: AnswerOf | None = None,
     ) -> Submission:
-        """Accept a run (or refuse it with an ``ApiError``). ``answer_of`` (a request with an
+        """Accept a run (or refuse it with a ``GatewayError``). ``answer_of`` (a request with an
         ``Idempotency-Key``) turns the 202 body into the answer the backend stores in the
         step that accepts the run."""
         self._refuse_if_draining()
@@ -162,7 +162,7 @@ class RunManager:
 
     def _refuse_if_draining(self) -> None:
         if self.shutting_down:
-            raise ApiError(503, "shutting_down", "The gateway is shutting down.")
+            raise errors.ShuttingDown("The gateway is shutting down.")
 
     async def _accept(
         self,
@@ -205,7 +205,7 @@ class RunManager:
             emit_user_message = True
             if input is None:  # reload without input: reuse the last one
                 if meta is None or meta.last_input is None:
-                    raise ApiError(404, "nothing_to_reload", "This conversation has no run.")
+                    raise errors.NothingToReload("This conversation has no run.")
                 input = meta.last_input
                 emit_user_message = False
             name = provider or (meta.last_provider if meta else None) or self.catalog.default
@@ -262,15 +262,13 @@ class RunManager:
             if not busy:
                 slot.queue.append(request)
             elif policy == "reject":
-                raise ApiError(409, "run_in_progress", "A run is already in progress.")
+                raise errors.RunInProgress("A run is already in progress.")
             elif policy == "enqueue":
                 limit = self.settings.gateway.enqueue_max  # here and, cluster-wide, in the backend
                 if len(slot.queue) >= limit or not await self.backend.enqueue_run(
                     ref, queued, limit=limit, answer=answer("queued")
                 ):
-                    raise ApiError(
-                        429, "queue_full", "Too many queued runs.", headers={"Retry-After": "1"}
-                    )
+                    raise errors.QueueFull("Too many queued runs.", retry_after=1)
                 slot.queue.append(request)
                 status = "queued"
             else:  # interrupt: cancel the active run and every run accepted before this one
@@ -310,7 +308,7 @@ class RunManager:
                 active, slot.claimed = slot.claimed, None
                 preclaimed = active is not None and active.run_id == request.run_id
                 if active is not None and not preclaimed:
-                    with contextlib.suppress(ApiError):  # else its lease lapses
+                    with contextlib.suppress(errors.GatewayError):  # else its lease lapses
                         await self.backend.release_run(ref, active.run_id)
                 if active is None or not preclaimed:
                     active = ActiveRun(request.run_id)
@@ -391,7 +389,7 @@ class RunManager:
                 return "later" if _queued(slot.queue, request) else "dropped"
             try:
                 claimed = await self.backend.claim_run(ref, active)
-            except ApiError as exc:
+            except errors.GatewayError as exc:
                 if exc.code != "backend_unavailable":
                     raise
                 logger.warning(

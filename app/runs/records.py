@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.api.errors import ApiError
+from app import errors
 from app.backends import ConversationRef
 from app.gateway import Gateway
 
@@ -31,7 +31,7 @@ async def run_record(gateway: Gateway, ref: ConversationRef, run_id: str) -> dic
     """The run as the state holds it; ``queued`` for a run accepted but not started yet."""
     snapshot = await gateway.find_snapshot(ref)  # live, else archived
     if snapshot is None:
-        raise ApiError(404, "conversation_not_found", "No such conversation.")
+        raise errors.ConversationNotFound("No such conversation.")
     run = snapshot.state.get("runs", {}).get(run_id)
     record: dict[str, Any] = {"conversationKey": ref.key, "runId": run_id}
     if run is not None:
@@ -41,7 +41,7 @@ async def run_record(gateway: Gateway, ref: ConversationRef, run_id: str) -> dic
     if gateway.runs.is_pending(ref, run_id) or await gateway.backend.is_queued(ref, run_id):
         record.update({"sessionId": snapshot.meta.session_id, "status": "queued"})
         return record
-    raise ApiError(404, "run_not_found", f"No run {run_id} in this conversation.")
+    raise errors.RunNotFound(f"No run {run_id} in this conversation.")
 
 
 async def wait_for_run(

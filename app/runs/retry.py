@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from app.api.errors import ApiError
+from app.errors import GatewayError
 
 __all__ = ["BUDGET_SECONDS", "until_available"]
 
@@ -35,7 +35,7 @@ async def until_available(
     while True:
         try:
             return await call()
-        except ApiError as exc:
+        except GatewayError as exc:
             if exc.code != "backend_unavailable" or loop.time() + delay > deadline:
                 raise
             logger.warning("%s: the backend is unavailable; again in %.1f s", what, delay)

@@ -10,13 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from app.api.errors import ApiError
+from app.api.errors import error_status
 from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
 from app.backends.redis import RedisBackend, redis_client
 from app.backends.redis.fanout import LogReader
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.tasks import stop_task
 from app.backends.types import AcceptedAnswer, LogItem, QueuedRun
+from app.errors import GatewayError
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
@@ -288,7 +289,7 @@ async def test_a_claim_given_up_before_it_was_used_takes_its_answer_with_it(
         raise ConnectionError("Redis went away after the claim")
 
     monkeypatch.setattr(a.ownership, "mark_in", unreachable)
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(GatewayError) as refused:
         await a.claim_run(ref, Control("r1"), _answer("r1", "started"))
     assert refused.value.code == "backend_unavailable"
     assert await b.active_run(ref) is None  # the slot was released...
@@ -400,7 +401,7 @@ async def test_owner_rebuilds_its_state_after_a_failed_append(
         raise ConnectionError("redis went away")
 
     monkeypatch.setattr(owned.writer, "append", broken)
-    with pytest.raises(ApiError):
+    with pytest.raises(GatewayError):
         await a.append_event(ref, events[1])  # reduced locally, never logged
     monkeypatch.setattr(owned.writer, "append", real)
     for e in events[1:]:
@@ -423,12 +424,15 @@ async def test_a_command_in_flight_is_refused_on_every_instance(
     approve = Command("approval.resolve", {"approvalId": "ap1", "decision": "approved"})
     assert await b.send_command(ref, "r1", approve) is True  # B -> owner A
     for backend in (a, b):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(GatewayError) as refused:
             await backend.send_command(ref, "r1", approve)
-        assert (refused.value.status, refused.value.code) == (409, "approval_already_resolved")
+        assert (error_status(refused.value), refused.value.code) == (
+            409,
+            "approval_already_resolved",
+        )
     result = Command("tool.submit_result", {"toolCallId": "t1", "result": 1})
     assert await a.send_command(ref, "r1", result) is True  # local delivery, marked too
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(GatewayError) as refused:
         await b.send_command(ref, "r1", result)
     assert refused.value.code == "tool_not_awaiting_result"
     await eventually(lambda: len(control.commands) == 2, what="B's command reaches A")

@@ -13,9 +13,10 @@ import time
 import httpx
 import pytest
 
-from app.api.errors import ApiError
+from app.api.errors import error_status
 from app.backends import ConversationRef, LogEntry
 from app.backends.redis import RedisBackend, redis_client
+from app.errors import GatewayError
 from tests.app.backend_contract import event, meta
 from tests.app.cluster_support import Subscriber, cluster, is_terminal
 from tests.app.redis_support import private_redis, unique_prefix
@@ -31,8 +32,8 @@ async def _follow(
     while True:
         try:
             result = await backend.read(ref, after, limit=100, wait=0.5)
-        except ApiError as exc:
-            assert exc.status == 503
+        except GatewayError as exc:
+            assert error_status(exc) == 503
             await asyncio.sleep(0.1)
             continue
         assert result.status == "ok", result.status
@@ -62,10 +63,12 @@ async def test_outage_fails_fast_and_readers_resume_without_loss() -> None:
             server.stop()
             assert not await backend.ping()
             started = time.monotonic()
-            with pytest.raises(ApiError) as failure:
+            with pytest.raises(GatewayError) as failure:
                 await backend.snapshot(ref)
-            assert failure.value.status == 503 and failure.value.code == "backend_unavailable"
-            with pytest.raises(ApiError):
+            assert (
+                error_status(failure.value) == 503 and failure.value.code == "backend_unavailable"
+            )
+            with pytest.raises(GatewayError):
                 await backend.append_event(ref, event("r9", 0, "run.started"))
             assert time.monotonic() - started < 5, "calls must fail fast, not hang"
             await asyncio.sleep(1.0)  # stay down a while (mid-idle)

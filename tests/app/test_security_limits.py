@@ -9,8 +9,9 @@ import orjson
 import pytest
 import websockets
 
-from app.api.errors import ApiError
+from app.api.errors import error_headers
 from app.backends import ConversationRef
+from app.errors import GatewayError
 from app.runs.limits import (
     WS_FRAME_SLACK,
     RunRateLimiter,
@@ -123,13 +124,13 @@ def test_rate_limiter_window_slides() -> None:
     limiter.record("p")
     now[0] = 30.0
     limiter.record("p")
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(GatewayError) as refused:
         limiter.check("p")
-    assert refused.value.headers["Retry-After"] == "30"
+    assert error_headers(refused.value)["Retry-After"] == "30"
     now[0] = 60.0  # the first run left the window
     limiter.check("p")
     limiter.record("p")
-    with pytest.raises(ApiError):
+    with pytest.raises(GatewayError):
         limiter.check("p")
     limiter.check("q")
 
@@ -183,7 +184,7 @@ async def test_subscribers_per_principal(start_gateway: StartGateway) -> None:
 def test_subscriber_counters_release() -> None:
     limits = SubscriberLimits(per_conversation=1, per_principal=5)
     ref = ConversationRef("p", "k")
-    with limits.hold(ref), pytest.raises(ApiError):
+    with limits.hold(ref), pytest.raises(GatewayError):
         limits.acquire(ref)
     assert not limits.by_conversation and not limits.by_principal
 

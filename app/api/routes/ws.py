@@ -17,7 +17,6 @@ import orjson
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ValidationError
 
-from app.api.errors import ApiError
 from app.api.http import get_gateway, principal_of
 from app.api.schemas import (
     KEY_PATTERN,
@@ -28,6 +27,7 @@ from app.api.schemas import (
     ToolResultBody,
 )
 from app.backends import ConversationRef
+from app.errors import GatewayError
 from app.gateway import Gateway
 from app.runs.commands import resolve_approval, submit_tool_result
 from app.streams.follow import Follow, follow
@@ -177,7 +177,7 @@ class _Session:
             await handler(frame)
         except ValidationError as exc:
             await self.error("invalid_request", _validation_message(exc), op)
-        except ApiError as exc:
+        except GatewayError as exc:
             await self.error(exc.code, exc.message, op)
 
     async def receive_loop(self) -> None:
@@ -209,7 +209,7 @@ async def conversation_ws(
     gateway = get_gateway(websocket)
     try:
         principal = principal_of(websocket)
-    except ApiError as exc:  # accepted first, so the client sees the 1008 and its reason
+    except GatewayError as exc:  # accepted first, so the client sees the 1008 and its reason
         await websocket.accept()
         await websocket.send_text(
             orjson.dumps({"type": "error", "code": exc.code, "message": exc.message}).decode()
@@ -229,7 +229,7 @@ async def conversation_ws(
     limits = gateway.runs.limits
     try:
         slot = await limits.acquire_subscriber(ref)
-    except ApiError as exc:  # too_many_subscribers: say why, then "try again later"
+    except GatewayError as exc:  # too_many_subscribers: say why, then "try again later"
         await websocket.send_text(
             orjson.dumps({"type": "error", "code": exc.code, "message": exc.message}).decode()
         )

@@ -9,7 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.api.errors import ApiError
+from app.errors import BackendUnavailable
 
 __all__ = ["RunFenced", "unavailable", "unavailable_error"]
 
@@ -54,7 +54,7 @@ def unavailable_error(exc: Exception) -> Exception:
             exc, (RedisConnectionError, RedisTimeoutError)
         ):
             log.warning("redis error: %s", exc)
-        mapped = ApiError(503, "backend_unavailable", "The backend is unavailable.")
+        mapped = BackendUnavailable("The backend is unavailable.")
         mapped.__cause__ = exc
         return mapped
     return exc

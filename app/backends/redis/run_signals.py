@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import orjson
 
-from app.api.errors import ApiError
 from app.backends.redis.control import IN_FLIGHT_REFUSALS, command_target
 from app.backends.redis.errors import unavailable
 from app.backends.redis.instance import RedisInstance
 from app.backends.roles import RunSignals
 from app.backends.types import ConversationRef
+from app.errors import BY_CODE
 from core.runs import AbortReason
 from providers.contract import Command
 
@@ -64,7 +64,7 @@ class RedisRunSignals(RunSignals):
             status = await i.control.command(keys, run_id, body, target)
         if status == 2:
             code, message = IN_FLIGHT_REFUSALS.get(command.type, ("run_not_running", "{}"))
-            raise ApiError(409, code, message.format(target))
+            raise BY_CODE[code](message.format(target))
         if status == 1 and owned is not None and local:
             owned.control.deliver(command)
         return status == 1
