@@ -293,8 +293,8 @@ class Engine:
         stream = self._streams.get(etype)
         if stream is not None:
             # Hot path: the next text delta of the entity this type streamed into last.
-            # Every check the general path would make, on cached objects: dispatch(validated=
-            # True) of a message.delta ~4.2 -> ~1.8 µs CPU (bench/core_dispatch_bench.py).
+            # Every check the general path would make, on cached objects (the saving: see
+            # BENCHMARKS.md, "Costs behind the code's shortcuts").
             # (``sequence > last`` is implied by add_next while every id is compact; kept as
             # the general path's rule 2, one dict read.)
             payload = event["payload"]

@@ -392,8 +392,9 @@ def _validate(data: object) -> EventValidationError | None:
     """``validate_event`` without its guard: may raise on odd mappings."""
     if type(data) is dict:
         # Fast acceptance of the common shape (exact types, int sequence, int or float
-        # timestamp), one expression: ~40% cheaper per delta. Anything it does not accept,
-        # valid or not, takes the general check below, which names the first problem.
+        # timestamp), one expression (see BENCHMARKS.md, "Costs behind the code's shortcuts").
+        # Anything it does not accept, valid or not, takes the general check below, which
+        # names the first problem.
         etype = data.get("type")
         check = _FAST_CHECKS.get(etype) if type(etype) is str else None
         sequence = data.get("sequence")

@@ -54,7 +54,8 @@ class EventFactory:
 
     def next_event(self, type: str, payload: dict[str, Any]) -> dict[str, Any]:
         """``create(type, payload)`` for a dict payload and no option: the call of every
-        streamed delta, without ``create``'s keyword handling (~0.1 µs per event)."""
+        streamed delta, without ``create``'s keyword handling (see BENCHMARKS.md, "Costs
+        behind the code's shortcuts")."""
         seq = self._sequence + 1
         if seq > _FAST_SEQUENCE_MAX:
             return self.create(type, payload)

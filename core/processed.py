@@ -281,7 +281,8 @@ class ProcessedIds:
         """``processedEventIds`` as the reference holds it (a new dict; do not mutate it).
 
         Built from the previous one when nothing was removed since: a C-level copy plus the
-        new keys, instead of formatting every key again (~20x cheaper per old key).
+        new keys, instead of formatting every key again (see
+        BENCHMARKS.md, "Costs behind the code's shortcuts").
         """
         base = self._base
         if base is None or self._base_removals != self._removals:

@@ -131,7 +131,8 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
 
     def transform_chunks(self, chunks: Iterable[Any], ctx: RunContext) -> list[AgentEvent]:
         """``transform_chunk`` of each chunk of one upstream read, the events in one list: the
-        runner maps a read in one call (~0.4 µs less per event at 16 events per read). A model
+        runner maps a read in one call (see BENCHMARKS.md, "Costs behind the code's
+        shortcuts"). A model
         call queues no extension values, so nothing has to go out between two chunks."""
         handle = self.handle_chunk
         for chunk in chunks:
@@ -144,7 +145,7 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
     def user_content(self, ctx: RunContext, history: list[dict[str, Any]] | None = None) -> Any:
         """This run's user turn for the first request, unless the history already ends with it
         (``None`` on continuations: the history then holds it). ``history``: ``ctx.history``,
-        when the caller has it already (it replays the run's events: ~30 µs per run start)."""
+        when the caller has it already (it replays the run's events)."""
         if self.model_run(ctx).calls:
             return None
         if history is None:

@@ -99,8 +99,8 @@ class RunEventLog:
 
     def _merge_loose(self) -> None:
         # The last MERGE_EVERY deltas become one string (earlier merged ones stay as they are:
-        # O(1) per delta): 50,000 short deltas kept one by one cost ~3.4 MB of string objects,
-        # merged ~1 MB.
+        # O(1) per delta): short deltas kept one by one cost several times the memory of
+        # merged ones (BENCHMARKS.md, "Costs behind the code's shortcuts").
         chunks = self._chunks
         chunks[-MERGE_EVERY:] = ["".join(chunks[-MERGE_EVERY:])]
         self._loose = 0

@@ -176,8 +176,9 @@ async def run_agent_provider(
                         else:
                             for chunk in batch:
                                 collect(provider.transform_chunk(chunk, ctx))
-                                # take() inline: a coroutine per chunk for nothing queued
-                                # (nearly always) was ~0.3 µs per event at 16 per read.
+                                # take() inline: not a coroutine per chunk for nothing
+                                # queued, nearly always (BENCHMARKS.md, "Costs behind the
+                                # code's shortcuts").
                                 if take is not None and (values := take()):
                                     await hand_extensions(values)
                                 if signal.aborted:

@@ -4,8 +4,8 @@ The reader must cost far less than the servers it measures (500 subscribers on t
 so it does no per-event Python work beyond one regex pass per read: it counts ``data:`` lines,
 extracts every ``t=<emit time>;`` the mock put into a delta and turns it into a delivery
 latency at the moment the bytes were read. It reads in the transport's ``data_received``
-callback: a stream reader cost one task wake-up and two awaited reads per chunk, ~44 µs per
-read, as much CPU as the gateway it measured at K = 500.
+callback: a stream reader cost one task wake-up and two awaited reads per chunk, as much CPU
+as the gateway it measured at K = 500 (BENCHMARKS.md, "Costs behind the code's shortcuts").
 """
 
 from __future__ import annotations

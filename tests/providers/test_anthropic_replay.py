@@ -1,69 +1,18 @@
-"""Replay every recorded ``anthropic/`` stream through the provider (fixtures README rules).
-
-``anthropic-tool-search-deferred-bm25`` concatenates three responses of one tool loop: it is
-split at each ``message_start`` and replayed as successive upstream turns of one run. Other
-tool recordings end in a hand-off to the app: the test submits the result and answers the
-continuation with a short synthetic text turn."""
+"""What only ``anthropic/``'s recordings show (each recording is replayed by
+``test_replay.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from providers.anthropic_messages import AnthropicMessagesProvider
-from providers.recorded import load_recorded_stream, split_turns
-from providers.testing import assert_provider_contract, make_options
-from tests.providers.mock_upstreams import anthropic_frames
-from tests.providers.replay_cases import ANTHROPIC
-from tests.providers.replay_cases import ANTHROPIC_CASES as CASES
-from tests.providers.replay_helpers import (
-    assistant_texts,
-    frames_to_chunks,
-    reasoning_texts,
-    submit_next_tool,
-    terminal,
-    tool_calls,
-)
-
-DIR = ANTHROPIC
+from providers.contract import AgentEvent
+from tests.providers.replay_helpers import terminal
+from tests.providers.replay_specs import ANTHROPIC_SPEC
+from tests.providers.replay_specs import replay as replay_spec
 
 
-def turns_of(name: str) -> list[list[Any]]:
-    chunks = load_recorded_stream(DIR / name, "anthropic-messages")
-    if name == "anthropic-tool-search-deferred-bm25.chunks.txt":
-        return split_turns(chunks, lambda chunk: chunk.event == "message_start")
-    return [chunks, frames_to_chunks(anthropic_frames(text="Done."))]
-
-
-async def replay(name: str) -> list[dict[str, Any]]:
-    return await assert_provider_contract(
-        AnthropicMessagesProvider(),
-        turns=turns_of(name),
-        options=make_options(wait_timeout_seconds=5),
-        commands=[submit_next_tool({"ok": True}) for _ in range(2)],
-        expect_terminal="run.completed",
-    )
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-async def test_replay(name: str) -> None:
-    text, tools, reasoning, stop = CASES[name]
-    events = await replay(name)
-    texts = assistant_texts(events)
-    if text is not None:
-        assert isinstance(texts[0], str) and texts[0].startswith(text)
-    else:
-        assert texts in ([], ["Done."])
-    got = tool_calls(events)
-    assert [(n, s) for n, _, s in got] == [(n, s) for n, _, s in tools]
-    for (_, args, _), (_, want, _) in zip(got, tools, strict=True):
-        if want is not None:
-            assert args == want
-    assert [
-        r[: len(p)] for r, p in zip(reasoning_texts(events), reasoning, strict=True)
-    ] == reasoning
-    assert terminal(events)["payload"]["output"]["stopReason"] == stop
+async def replay(name: str, transcript: dict[str, Any] | None = None) -> list[AgentEvent]:
+    return await replay_spec(ANTHROPIC_SPEC, name, transcript)
 
 
 async def test_concatenated_responses_are_one_run_with_server_tool() -> None:

@@ -1,67 +1,18 @@
-"""Replay every recorded ``openai-chat/`` stream through the provider (fixtures README rules).
-
-Tool-call recordings are complete model turns that end in a hand-off to the app: the test
-submits each tool's result and answers the continuation request with a short synthetic text
-turn, so every run ends with ``run.completed`` and zero contract issues."""
+"""What only ``openai-chat``'s recordings show (each recording is replayed by
+``test_replay.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from providers.openai_chat import OpenAIChatProvider
-from providers.recorded import load_recorded_stream
-from providers.testing import assert_provider_contract, make_options
-from tests.providers.mock_upstreams import openai_frames
-from tests.providers.replay_cases import OPENAI_CHAT
-from tests.providers.replay_cases import OPENAI_CHAT_CASES as CASES
-from tests.providers.replay_helpers import (
-    assistant_texts,
-    frames_to_chunks,
-    reasoning_texts,
-    submit_next_tool,
-    terminal,
-    tool_calls,
-)
-
-DIR = OPENAI_CHAT
+from providers.contract import AgentEvent
+from tests.providers.replay_helpers import assistant_texts, terminal
+from tests.providers.replay_specs import OPENAI_CHAT_SPEC
+from tests.providers.replay_specs import replay as replay_spec
 
 
-async def replay(name: str) -> list[dict[str, Any]]:
-    chunks = load_recorded_stream(DIR / name, "openai-chat")
-    final = frames_to_chunks(openai_frames(text="Done."))
-    return await assert_provider_contract(
-        OpenAIChatProvider(),
-        turns=[chunks, final],
-        options=make_options(wait_timeout_seconds=5),
-        commands=[submit_next_tool({"ok": True}) for _ in range(2)],
-        expect_terminal="run.completed",
-    )
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-async def test_replay(name: str) -> None:
-    text, tools, reasoning, stop = CASES[name]
-    events = await replay(name)
-    texts = assistant_texts(events)
-    if text is not None:
-        assert isinstance(texts[0], str) and texts[0].startswith(text)
-    assert [(n, a) for n, a, _ in tool_calls(events)] == tools
-    assert all(status == "completed" for _, _, status in tool_calls(events))
-    if tools:
-        assert texts[-1] == "Done."  # the continuation after the tool results
-        for event in events:
-            if event["type"] == "tool.requested":
-                assert event["meta"]["executor"] == "app"
-    rsn = reasoning_texts(events)
-    if reasoning is None:
-        assert rsn == []
-    else:
-        assert len(rsn) == 1 and rsn[0].startswith(reasoning)
-    done = terminal(events)
-    assert done["payload"]["output"]["stopReason"] == stop
-    assert done["payload"]["usage"]["inputTokens"] > 0
+async def replay(name: str, transcript: dict[str, Any] | None = None) -> list[AgentEvent]:
+    return await replay_spec(OPENAI_CHAT_SPEC, name, transcript)
 
 
 async def test_n_choices_give_one_message_each() -> None:

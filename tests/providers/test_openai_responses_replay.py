@@ -1,77 +1,20 @@
-"""Replay every recorded ``openai-responses/`` stream through the provider (fixtures README rules).
-
-``openai-reasoning-encrypted-content`` concatenates the four responses of one tool loop: it is
-split at each ``response.created`` and replayed as successive model calls of one run, each tool
-result submitted in between. Other tool recordings end in a hand-off to the app: the test
-submits the result and answers the continuation with a short synthetic text response. The
-error recording (``error`` then ``response.failed``) ends the run ``run.failed``."""
+"""What only ``openai-responses``' recordings show (every recording is replayed by
+``test_replay.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from providers.contract import AgentEvent
-from providers.openai_responses import OpenAIResponsesProvider
-from providers.recorded import load_jsonl_objects, load_recorded_stream, split_turns
-from providers.testing import assert_provider_contract, make_options
-from tests.providers.mock_upstreams import responses_frames
-from tests.providers.replay_cases import (
-    OPENAI_RESPONSES,
-    OPENAI_RESPONSES_CASES,
-    OPENAI_RESPONSES_CONCATENATED,
-)
-from tests.providers.replay_helpers import (
-    assistant_texts,
-    frames_to_chunks,
-    reasoning_texts,
-    submit_next_tool,
-    terminal,
-    tool_calls,
-)
-
-
-def turns_of(name: str) -> list[list[Any]]:
-    chunks = load_recorded_stream(OPENAI_RESPONSES / name, "openai-responses")
-    if name in OPENAI_RESPONSES_CONCATENATED:
-        return split_turns(chunks, lambda chunk: chunk.event == "response.created")
-    return [chunks, frames_to_chunks(responses_frames(text="Done."))]
+from providers.recorded import load_jsonl_objects, load_recorded_stream
+from tests.providers.replay_cases import OPENAI_RESPONSES
+from tests.providers.replay_helpers import assistant_texts, terminal
+from tests.providers.replay_specs import OPENAI_RESPONSES_SPEC
+from tests.providers.replay_specs import replay as replay_spec
 
 
 async def replay(name: str, transcript: dict[str, Any] | None = None) -> list[AgentEvent]:
-    failed = OPENAI_RESPONSES_CASES[name][3] is None
-    return await assert_provider_contract(
-        OpenAIResponsesProvider(),
-        turns=turns_of(name),
-        options=make_options(
-            wait_timeout_seconds=5, transcript=transcript if transcript is not None else {}
-        ),
-        commands=[submit_next_tool({"ok": True}) for _ in range(3)],
-        expect_terminal="run.failed" if failed else "run.completed",
-    )
-
-
-@pytest.mark.parametrize("name", sorted(OPENAI_RESPONSES_CASES))
-async def test_replay(name: str) -> None:
-    text, tools, reasoning, stop = OPENAI_RESPONSES_CASES[name]
-    events = await replay(name)
-    texts = assistant_texts(events)
-    if text is not None:
-        assert isinstance(texts[0], str) and texts[0].startswith(text)
-    else:
-        assert texts in ([], ["Done."])
-    assert tool_calls(events) == tools
-    for event in events:
-        if event["type"] == "tool.requested":
-            assert event["meta"]["executor"] == "app"
-    assert [r[: len(p)] for r, p in zip(reasoning_texts(events), reasoning, strict=True)] == (
-        reasoning
-    )
-    if stop is not None:
-        done = terminal(events)
-        assert done["payload"]["output"]["stopReason"] == stop
-        assert done["payload"]["usage"]["totalTokens"] >= 0  # synthetic mocks report zeros
+    return await replay_spec(OPENAI_RESPONSES_SPEC, name, transcript)
 
 
 async def test_concatenated_tool_loop_is_one_run_and_sums_usage() -> None:

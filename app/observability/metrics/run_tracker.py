@@ -32,8 +32,9 @@ class RunTracker:
     (e.g. the task was torn down) as ``failed``.
 
     ``on_events`` adds to the events counter at most ``COUNT_EVERY_EVENTS`` events or
-    ``COUNT_EVERY_SECONDS`` late, and at the run's end: one prometheus ``inc`` costs ~0.6 µs,
-    as much as the rest of a one-event read's bookkeeping.
+    ``COUNT_EVERY_SECONDS`` late, and at the run's end: one prometheus ``inc`` costs as much
+    as the rest of a one-event read's bookkeeping (BENCHMARKS.md, "Costs behind the code's
+    shortcuts").
     """
 
     __slots__ = (

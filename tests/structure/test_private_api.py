@@ -1,0 +1,247 @@
+"""No use of another package's private API outside the compat modules (issue 50, item 1).
+
+The scanner is :mod:`tests.structure.private_api`. ``KNOWN`` lists, one line each, the uses that
+the helpers of issue 50 are removing right now (file, name, who removes it). The test fails on any
+use not listed (a new one) and on a listed one that is gone, so the list stays exact and only
+shrinks; when it is empty, nothing outside ``app/compat/`` and ``providers/compat/`` touches another
+package's internals.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from tests.structure.private_api import Use, scan_source, scan_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("core", "providers", "app")
+COMPAT = ("app/compat/", "providers/compat/")
+
+REDIS = "redis-compat (issue 50, item 1)"
+HTTP = "http-privates (issue 50, item 1)"
+TRANSPORT = "transport-privates (issue 50, item 1)"
+
+# (file, private name, helper of issue 50 removing it)
+KNOWN: frozenset[tuple[str, str, str]] = frozenset({
+    ("app/api/http.py", "_body", HTTP),
+    ("app/backends/redis/command_mux.py", "_resp2_fallback", REDIS),
+    ("app/backends/redis/lean.py", "_available_connections", REDIS),
+    ("app/backends/redis/lean.py", "_execute_pipeline", REDIS),
+    ("app/backends/redis/lean.py", "_in_use_connections", REDIS),
+    ("app/backends/redis/lean.py", "_writer", REDIS),
+    ("app/backends/redis/wire.py", "_buffer", REDIS),
+    ("app/backends/redis/wire.py", "_parser", REDIS),
+    ("app/backends/redis/wire.py", "_reader", REDIS),
+    ("app/backends/redis/wire.py", "_writer", REDIS),
+    ("app/streams/sse.py", "_listen_for_disconnect", HTTP),
+    ("app/streams/sse.py", "_listen_for_exit_signal_with_grace", HTTP),
+    ("app/streams/sse.py", "_ping", HTTP),
+    ("app/streams/sse.py", "_send_with_timeout", HTTP),
+    ("app/streams/sse.py", "_stream_response", HTTP),
+    ("providers/transports/http11_body.py", "_bytes_in_chunk", TRANSPORT),
+    ("providers/transports/http11_body.py", "_bytes_to_discard", TRANSPORT),
+    ("providers/transports/http11_body.py", "_closed", TRANSPORT),
+    ("providers/transports/http11_body.py", "_connection", TRANSPORT),
+    ("providers/transports/http11_body.py", "_h11_state", TRANSPORT),
+    ("providers/transports/http11_body.py", "_httpcore_stream", TRANSPORT),
+    ("providers/transports/http11_body.py", "_network_stream", TRANSPORT),
+    ("providers/transports/http11_body.py", "_reader", TRANSPORT),
+    ("providers/transports/http11_body.py", "_reading_trailer", TRANSPORT),
+    ("providers/transports/http11_body.py", "_receive_buffer", TRANSPORT),
+    ("providers/transports/http11_body.py", "_request", TRANSPORT),
+    ("providers/transports/http11_body.py", "_stream", TRANSPORT),
+    ("providers/transports/http11_body.py", "h11._readers", TRANSPORT),
+    (
+        "providers/transports/http11_body.py", "httpcore._async.connection_pool", TRANSPORT
+    ),
+    ("providers/transports/http11_body.py", "httpcore._async.http11", TRANSPORT),
+    ("providers/transports/http11_body.py", "httpcore._exceptions", TRANSPORT),
+    ("providers/transports/http11_body.py", "httpx._client", TRANSPORT),
+    ("providers/transports/http11_body.py", "httpx._transports.default", TRANSPORT),
+    ("providers/transports/network.py", "_buffer", TRANSPORT),
+    ("providers/transports/pool.py", "_assign_requests_to_connections", TRANSPORT),
+    ("providers/transports/pool.py", "_connection", TRANSPORT),
+    ("providers/transports/pool.py", "_network_backend", TRANSPORT),
+    ("providers/transports/pool.py", "_pool", TRANSPORT),
+    ("providers/transports/pool.py", "_request_lock", TRANSPORT),
+    ("providers/transports/pool.py", "_state_lock", TRANSPORT),
+    ("providers/transports/pool.py", "httpcore._synchronization", TRANSPORT),
+})
+
+
+def compare(uses: list[Use], known: frozenset[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
+    """(uses not in ``known``, entries of ``known`` no longer used), each as readable lines."""
+    found = {u.key() for u in uses}
+    listed = {(path, name) for path, name, _helper in known}
+    new = [
+        f"{u.path}:{u.line}: {u.kind} {u.name} ({u.owner})" for u in uses if u.key() not in listed
+    ]
+    gone = [f"{p}: {n} ({h})" for p, n, h in sorted(known) if (p, n) not in found]
+    return new, gone
+
+
+def test_no_new_private_api_use_and_the_known_list_is_exact() -> None:
+    new, gone = compare(scan_tree(ROOT, PACKAGES, COMPAT), KNOWN)
+    header = "another package's private API used outside the compat modules:\n"
+    assert not new, header + "\n".join(new)
+    assert not gone, "listed in KNOWN but no longer used (remove the line):\n" + "\n".join(gone)
+
+
+def kinds(source: str) -> set[tuple[str, str]]:
+    return {(u.kind, u.name) for u in scan_source(textwrap.dedent(source))}
+
+
+def test_an_import_of_another_distributions_private_module_is_found() -> None:
+    assert kinds("import httpx._client\n") == {("import", "httpx._client")}
+    assert kinds("from httpcore._async.http11 import AsyncHTTP11Connection\n") == {
+        ("import", "httpcore._async.http11")
+    }
+    assert kinds("from httpx import _client\n") == {("import", "httpx._client")}
+    assert kinds("import httpx\nfrom httpx import AsyncClient\n") == set()
+
+
+def test_imports_of_our_own_private_modules_do_not_count() -> None:
+    source = "from app.backends.redis import _x\nimport core._y\nfrom ._z import w\n"
+    assert kinds(source) == set()
+
+
+def test_a_getattr_with_a_private_literal_is_found() -> None:
+    assert kinds("getattr(obj, '_reader', None)\n") == {("getattr", "_reader")}
+    source = "hasattr(obj, '_x')\nsetattr(obj, '_y', 1)\n"
+    assert kinds(source) == {("getattr", "_x"), ("getattr", "_y")}
+    assert kinds("getattr(obj, '__name__')\ngetattr(obj, 'reader')\n") == set()
+
+
+def test_an_override_of_a_base_private_method_is_found() -> None:
+    source = """
+        from sse_starlette import EventSourceResponse
+
+        class Fast(EventSourceResponse):
+            async def _ping(self, send): ...
+            async def _not_on_the_base(self): ...
+            async def __call__(self, scope, receive, send): ...
+    """
+    assert kinds(source) == {("override", "_ping")}
+
+
+def test_an_override_through_a_module_alias_is_found() -> None:
+    source = """
+        import httpcore
+
+        class Pool(httpcore.AsyncConnectionPool):
+            def _assign_requests_to_connections(self): ...
+    """
+    assert kinds(source) == {("override", "_assign_requests_to_connections")}
+
+
+def test_a_private_attribute_of_an_imported_module_is_found() -> None:
+    assert kinds("import redis\nredis._x\n") == {("attribute", "_x")}
+    assert kinds("import redis.asyncio as r\nr.client._y\n") == {("attribute", "_y")}
+
+
+def test_a_private_attribute_of_an_annotated_parameter_is_found() -> None:
+    source = """
+        from redis.asyncio import ConnectionPool
+        import redis.asyncio.connection
+
+        def f(pool: ConnectionPool, conn: "redis.asyncio.connection.Connection | None") -> None:
+            pool._available_connections.clear()
+            conn._writer
+            pool.max_connections
+    """
+    assert kinds(source) == {("attribute", "_available_connections"), ("attribute", "_writer")}
+
+
+def test_a_private_attribute_of_a_constructed_instance_is_found() -> None:
+    source = """
+        import httpx
+
+        client = httpx.AsyncClient()
+        client._transport
+        async def f() -> None:
+            c: httpx.AsyncClient = httpx.AsyncClient()
+            c._mounts
+    """
+    assert kinds(source) == {("attribute", "_transport"), ("attribute", "_mounts")}
+
+
+def test_a_private_attribute_reached_through_a_foreign_object_is_found() -> None:
+    source = """
+        from typing import Any
+        import httpx
+
+        def f(response: httpx.Response) -> None:
+            bound: Any = response.stream
+            inner = bound._stream
+            inner._closed
+    """
+    assert kinds(source) == {("attribute", "_stream"), ("attribute", "_closed")}
+
+
+def test_a_private_attribute_of_a_self_attribute_of_a_foreign_class_is_found() -> None:
+    source = """
+        from redis.asyncio import ConnectionPool
+
+        class Lean:
+            pool: ConnectionPool
+
+            def __init__(self) -> None:
+                self.other = ConnectionPool()
+
+            def take(self) -> None:
+                self.pool._in_use_connections
+                self.other._available_connections
+                self._own_state
+    """
+    expected = {("attribute", "_in_use_connections"), ("attribute", "_available_connections")}
+    assert kinds(source) == expected
+
+
+def test_a_subclass_reading_its_foreign_bases_private_state_is_found() -> None:
+    source = """
+        from sse_starlette import EventSourceResponse
+
+        class Fast(EventSourceResponse):
+            def __init__(self) -> None:
+                self._mine = 1
+
+            def peek(self) -> None:
+                self._send_lock
+                self._mine
+    """
+    assert kinds(source) == {("attribute", "_send_lock")}
+
+
+def test_our_own_private_attributes_do_not_count() -> None:
+    source = """
+        from app.backends.redis.backend import RedisBackend
+
+        class Mine:
+            def __init__(self, backend: RedisBackend) -> None:
+                self._backend = backend
+                backend._redis
+                self._backend._x
+    """
+    assert kinds(source) == set()
+
+
+def test_compare_reports_a_new_use_and_a_gone_entry() -> None:
+    uses = [Use("app/x.py", 3, "import", "httpx._client", "httpx")]
+    known = frozenset({("app/y.py", "_gone", "someone")})
+    new, gone = compare(uses, known)
+    assert new == ["app/x.py:3: import httpx._client (httpx)"]
+    assert gone == ["app/y.py: _gone (someone)"]
+    assert compare(uses, frozenset({("app/x.py", "httpx._client", "someone")})) == ([], [])
+
+
+def test_a_deliberately_added_offender_in_the_tree_fails_the_check(tmp_path: Path) -> None:
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "app" / "ok.py").write_text("import httpx\n")
+    (tmp_path / "app" / "compat").mkdir()
+    (tmp_path / "app" / "compat" / "fast.py").write_text("import httpx._client\n")
+    assert scan_tree(tmp_path, PACKAGES, COMPAT) == []
+    (tmp_path / "core" / "bad.py").write_text("import httpx._client\n")
+    new, _gone = compare(scan_tree(tmp_path, PACKAGES, COMPAT), frozenset())
+    assert new == ["core/bad.py:1: import httpx._client (httpx)"]
