@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.driver_info import DriverInfo
@@ -53,9 +53,15 @@ def _driver_info() -> DriverInfo:
     return DriverInfo()
 
 
-def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
-    """A client that fails fast (503 instead of hanging) and reconnects on its own."""
-    pool = LeanPool.from_url(
+def redis_client(
+    url: str, max_connections: int = MAX_CONNECTIONS, *, fast_paths: bool = True
+) -> Redis:
+    """A client that fails fast (503 instead of hanging) and reconnects on its own.
+
+    ``fast_paths`` (``[gateway] fast_paths``): the client with the fast paths through
+    redis-py's internals; False: redis-py's stock client, public API only."""
+    pool_class = LeanPool if fast_paths else BlockingConnectionPool
+    pool = pool_class.from_url(
         url,
         max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,
@@ -73,6 +79,8 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
         # trip per new connection. A URL's ``?protocol=3`` still wins.
         protocol=2,
     )
+    if not fast_paths:
+        return Redis.from_pool(pool)
     pack_with_hiredis(pool)
     send_without_task(pool)
     client = cast(LeanRedis, LeanRedis.from_pool(pool))  # it owns (and closes) its pool
@@ -83,7 +91,9 @@ def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
 def create_redis_backend(settings: Settings) -> RedisBackend:
     gateway = settings.gateway
     return RedisBackend(
-        redis_client(gateway.redis_url, gateway.redis_max_connections),
+        redis_client(
+            gateway.redis_url, gateway.redis_max_connections, fast_paths=gateway.fast_paths
+        ),
         event_log_max_len=gateway.event_log_max_len,
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,

@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.append_packing import pack_append_args
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.lean import LeanRedis
 from app.backends.redis.script_pipeline import ScriptPipeline
 from app.backends.redis.scripts import APPEND
 
@@ -183,7 +184,10 @@ class EventLog:
         keep = max_len + 1
         self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
         self._append = ScriptPipeline(
-            redis, redis.register_script(APPEND), pack_args=pack_append_args
+            redis,
+            redis.register_script(APPEND),
+            pack_args=pack_append_args,
+            fast=isinstance(redis, LeanRedis),
         )
 
     async def append(

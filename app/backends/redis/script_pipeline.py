@@ -124,8 +124,12 @@ class ScriptPipeline:
         script: AsyncScript,
         max_calls: int = MAX_CALLS,
         pack_args: PackArgs | None = None,
+        *,
+        fast: bool = True,
     ) -> None:
         self._redis = redis
+        #: Drive the held connection's socket (:mod:`.wire`); False: redis-py's path only.
+        self._fast = fast
         self._script = script
         self._max = max(1, max_calls)
         #: Packs a call's arguments (the script's own layout) faster than one by one; used
@@ -395,7 +399,7 @@ class ScriptPipeline:
 
     def _attach(self) -> None:
         """Drive the held connection's socket directly (if it is connected and clean)."""
-        if self._conn is not None:
+        if self._conn is not None and self._fast:
             self._wire = attach(self._conn, self._replies_in, self._lost)
 
     async def aclose(self) -> None:
