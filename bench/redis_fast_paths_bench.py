@@ -1,4 +1,4 @@
-"""What redis-py's private internals buy: Redis gateways with ``fast_paths`` on and off, side by side.
+"""What redis-py's private internals buy: Redis gateways with ``fast_paths`` on and off.
 
 One mock upstream, one private ``redis-server``, one memory gateway and Redis gateways: this
 tree with ``[gateway] fast_paths = true`` (``app/compat/redis_fast``) and ``= false`` (redis-py's
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,28 +75,31 @@ def _rows(figures: dict[str, Figures], args: argparse.Namespace) -> list[list[ob
     def row(label: str, values: list[float]) -> list[object]:
         return [label, *values]
 
+    def each(pick: Callable[[Figures], list[float]]) -> list[float]:
+        return [median(pick(figures[n])) for n in names]
+
     rows = [
         row(
             f"fig 6: events/s ({args.chunks:,} chunks)",
-            [median(figures[n].series.events_per_s) for n in names],
+            each(lambda f: f.series.events_per_s),
         ),
-        row("fig 6: gateway CPU µs/event", [median(figures[n].series.cpu_us_per_event) for n in names]),
-        row("fig 6: gateway+redis CPU µs/event", [median(figures[n].total_cpu_us) for n in names]),
+        row("fig 6: gateway CPU µs/event", each(lambda f: f.series.cpu_us_per_event)),
+        row("fig 6: gateway+redis CPU µs/event", each(lambda f: f.total_cpu_us)),
     ]
     if args.k > 0:
         rows += [
-            row(f"fig 2: K={args.k} p99 ms", [median([r.p99_ms for r in figures[n].fan]) for n in names]),
+            row(f"fig 2: K={args.k} p99 ms", each(lambda f: [r.p99_ms for r in f.fan])),
             row(
                 f"fig 2: K={args.k} CPU µs/delivery",
-                [median([r.cpu_us_per_delivery for r in figures[n].fan]) for n in names],
+                each(lambda f: [r.cpu_us_per_delivery for r in f.fan]),
             ),
         ]
     rows += [
-        row("run start: CPU ms seq", [median(figures[n].starts.cpu_stream) for n in names]),
-        row("run start: CPU ms burst", [median(figures[n].starts.cpu_burst) for n in names]),
-        row("run start: CPU ms 202", [median(figures[n].starts.cpu_202) for n in names]),
-        row("run start: ms to first delta", [median(figures[n].starts.first_delta) for n in names]),
-        row("run start: burst ms to first delta", [median(figures[n].starts.burst_delta) for n in names]),
+        row("run start: CPU ms seq", each(lambda f: f.starts.cpu_stream)),
+        row("run start: CPU ms burst", each(lambda f: f.starts.cpu_burst)),
+        row("run start: CPU ms 202", each(lambda f: f.starts.cpu_202)),
+        row("run start: ms to first delta", each(lambda f: f.starts.first_delta)),
+        row("run start: burst ms to first delta", each(lambda f: f.starts.burst_delta)),
     ]
     return rows
 
