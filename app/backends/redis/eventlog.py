@@ -32,11 +32,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.append_packing import pack_append_args
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.lean import LeanRedis
-from app.backends.redis.script_pipeline import ScriptPipeline
 from app.backends.redis.scripts import APPEND
+from app.compat.redis_fast import ScriptPipeline, pack_append_args, uses_fast_paths
 
 KIND_EVENT = "e"
 KIND_EXTENSION = "x"
@@ -187,7 +185,7 @@ class EventLog:
             redis,
             redis.register_script(APPEND),
             pack_args=pack_append_args,
-            fast=isinstance(redis, LeanRedis),
+            fast=uses_fast_paths(redis),
         )
 
     async def append(

@@ -35,10 +35,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.append_packing import bulk, remember
-from app.backends.redis.packing import pack_plain_commands, plain_utf8
-from app.backends.redis.tasks import stop_task
-from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
+from app.compat.redis_fast.append_packing import bulk, remember
+from app.compat.redis_fast.packing import pack_plain_commands, plain_utf8
+from app.compat.redis_fast.wire import (
+    RoundTripWatch,
+    Wire,
+    attach,
+    lost_error,
+    stop_task,
+    take_replies,
+)
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
 
