@@ -4,7 +4,8 @@ One mock upstream, one private ``redis-server``, one memory gateway and Redis ga
 tree with ``[gateway] fast_paths = true`` (``app/compat/redis_fast``) and ``= false`` (redis-py's
 stock client, public API only), and with ``--base TREE`` that tree's Redis gateway too (e.g.
 main's tree before issue 50, unpacked with ``git worktree add``). Rounds alternate between the
-gateways, each round starting at the next one. Per round and gateway: figure 6's throughput of one ``--chunks`` stream (events/s,
+gateways, each round starting at the next one. Per round and gateway: figure 6's throughput
+of one ``--chunks`` stream (events/s,
 gateway CPU µs/event, gateway + redis-server CPU µs/event; the memory gateway gives the
 Redis ÷ memory ratios), figure 2's fan-out of one ``--fan-chunks`` run to ``--k`` subscribers
 (p99 ms, CPU µs per delivery) when ``--k`` > 0, and ``run_start_bench.py``'s round (CPU ms
