@@ -13,6 +13,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,10 +49,10 @@ def _method(owner: type, name: str, *parameters: str) -> Callable[[], bool]:
     return lambda: _parameters(getattr(owner, name, None), "self", *parameters)
 
 
-def _pool_attribute(name: str, kind: type) -> Callable[[], bool]:
+def _pool_attribute(name: str, *kinds: type) -> Callable[[], bool]:
     def present() -> bool:
         pool = BlockingConnectionPool(max_connections=1)  # connects nothing
-        return isinstance(getattr(pool, name, None), kind)
+        return hasattr(pool, name) and isinstance(getattr(pool, name), kinds)
 
     return present
 
@@ -108,7 +109,7 @@ INTERNALS: tuple[Internal, ...] = (
     ),
     Internal(
         "ConnectionPool._in_use_connections (set)",
-        _pool_attribute("_in_use_connections", object),
+        _pool_attribute("_in_use_connections", set, weakref.WeakSet),
     ),
     Internal("AbstractConnection._writer", _connection_attribute("_writer")),
     Internal("AbstractConnection._reader", _connection_attribute("_reader")),
