@@ -128,10 +128,12 @@ def main() -> None:
                 upstream.url, backend=backend, redis_url=redis.url, gateway={"fast_paths": fast}
             )
 
+        # Every gateway started the same way (the base tree's can only be started so).
+        here = procs.ROOT
         gateways: dict[str, procs.Server] = {}
-        gateways["memory"] = procs.start_server("gateway", config=config("memory"))
-        gateways["redis fast on"] = procs.start_server("gateway", config=config("redis"))
-        gateways["redis fast off"] = procs.start_server("gateway", config=config("redis", False))
+        gateways["memory"] = procs.start_tree_gateway(here, config("memory"))
+        gateways["redis fast on"] = procs.start_tree_gateway(here, config("redis"))
+        gateways["redis fast off"] = procs.start_tree_gateway(here, config("redis", False))
         if args.base:
             base_config = procs.gateway_config(upstream.url, backend="redis", redis_url=redis.url)
             gateways["redis base"] = procs.start_tree_gateway(Path(args.base), base_config)
