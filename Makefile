@@ -39,6 +39,10 @@ layers: $(STAMP)
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider
+	# Once more with every public path (issue 50): the gateway, backend-contract and concurrency tests.
+	AGENT_GATEWAY_GATEWAY__FAST_PATHS=false $(VENV)/bin/pytest -p no:cacheprovider \
+		tests/app/test_every_backend.py tests/app/test_redis_backend.py tests/app/test_memory_backend.py \
+		tests/app/test_concurrency_*.py tests/app/compat/redis_fast/test_fallback.py
 
 # The tests need what test-setup provides, also when `make pytest` is run alone.
 pytest: test-setup

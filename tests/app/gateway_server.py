@@ -25,7 +25,7 @@ from app.factory import create_app
 from app.gateway import Gateway
 from app.server import GatewayServer
 from providers.contract import AgentProvider
-from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.app.redis_support import FAST_PATHS, SHARED_REDIS_URL, shared_redis, unique_prefix
 
 __all__ = [
     "RunningGateway",
@@ -42,6 +42,7 @@ def make_settings(**sections: Mapping[str, Any]) -> Settings:
     """Settings from plain section dicts, ignoring the environment (short shutdown grace)."""
     data = {name: dict(values) for name, values in sections.items()}
     data.setdefault("gateway", {}).setdefault("shutdown_grace_seconds", 0.2)
+    data["gateway"].setdefault("fast_paths", FAST_PATHS)  # the one variable read
     return Settings.model_validate(data)  # hermetic: no environment overrides
 
 
@@ -49,7 +50,7 @@ def redis_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBa
     """The Redis backend the settings would configure, under ``prefix`` on the shared Redis."""
     gateway = settings.gateway
     return RedisBackend(
-        redis_client(SHARED_REDIS_URL),
+        redis_client(SHARED_REDIS_URL, fast_paths=gateway.fast_paths),
         event_log_max_len=gateway.event_log_max_len,
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,

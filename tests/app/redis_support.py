@@ -24,6 +24,7 @@ import httpx
 import orjson
 import pytest
 import uvicorn
+from pydantic import TypeAdapter
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -38,6 +39,19 @@ from tests.support import free_port
 PoolT = TypeVar("PoolT", bound=ConnectionPool)
 
 SHARED_REDIS_URL = os.environ.get("AGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+#: ``[gateway] fast_paths`` for the test gateways, from the same environment variable as the
+#: gateway's own settings (``make pytest`` runs some tests again with it false).
+FAST_PATHS: bool = TypeAdapter(bool).validate_python(
+    os.environ.get("AGENT_GATEWAY_GATEWAY__FAST_PATHS", "true")
+)
+
+
+def gateway_redis_client(url: str) -> Redis:
+    """The client a test gateway's Redis backend uses: the app's, with :data:`FAST_PATHS`."""
+    from app.backends.redis import redis_client  # the app's, imported by the tests using it
+
+    return redis_client(url, fast_paths=FAST_PATHS)
 
 
 def unique_prefix() -> str:
@@ -346,7 +360,7 @@ def _serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--stall-idempotent-answers", action="store_true")
     args = parser.parse_args(argv)
 
-    from app.backends.redis import RedisBackend, redis_client
+    from app.backends.redis import RedisBackend
     from app.config import Settings
     from app.factory import create_app
     from app.server import GatewayServer
@@ -365,12 +379,13 @@ def _serve(argv: list[str] | None = None) -> None:
             "heartbeat_seconds": 1,
             "shutdown_grace_seconds": 1,
             "log_format": "text",
+            "fast_paths": FAST_PATHS,
         },
         providers=providers,
         webhooks={"url": args.webhook_url, "secret": "whsec-test"},
     )
     backend = RedisBackend(
-        redis_client(args.redis_url),
+        gateway_redis_client(args.redis_url),
         event_log_max_len=args.max_len,
         snapshot_every=args.snapshot_every,
         lease_ttl_seconds=args.lease_ttl,

@@ -12,7 +12,7 @@ import pytest
 
 from app.api.errors import error_status
 from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
-from app.backends.redis import RedisBackend, redis_client
+from app.backends.redis import RedisBackend
 from app.backends.redis.fanout import LogReader
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.tasks import stop_task
@@ -20,12 +20,18 @@ from app.backends.types import AcceptedAnswer, LogItem, QueuedRun
 from app.errors import GatewayError
 from providers.contract import Command
 from tests.app.backend_contract import LOG_MAX, BackendContract, Control, event, meta, run_events
-from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.app.redis_support import (
+    SHARED_REDIS_URL,
+    gateway_redis_client,
+    shared_redis,
+    unique_prefix,
+)
 from tests.support import eventually, eventually_async
 
 
 def make_backend(prefix: str, **kwargs: object) -> RedisBackend:
-    return RedisBackend(redis_client(SHARED_REDIS_URL), key_prefix=prefix, **kwargs)  # type: ignore[arg-type]
+    client = gateway_redis_client(SHARED_REDIS_URL)
+    return RedisBackend(client, key_prefix=prefix, **kwargs)  # type: ignore[arg-type]
 
 
 class TestRedisBackendContract(BackendContract):

@@ -14,8 +14,8 @@ import pytest
 
 from app.backends import ConversationRef
 from app.backends.redis import RedisBackend, redis_client
-from app.backends.redis.lean import LeanPipeline, LeanRedis
 from app.backends.types import LogItem
+from app.compat.redis_fast.lean import LeanPipeline, LeanRedis
 from tests.app.backend_contract import Control, event, meta
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
 

@@ -7,7 +7,7 @@ Public surface: :class:`RedisBackend`, :func:`create_redis_backend` (used by
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -18,10 +18,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from app.backends.redis.backend import RedisBackend, RunFenced
-from app.backends.redis.command_mux import CommandMux
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
-from app.backends.redis.lean import LeanPool, LeanRedis, send_without_task
-from app.backends.redis.packing import pack_with_hiredis
+from app.compat.redis_fast import fast_client, public_client
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -53,37 +51,43 @@ def _driver_info() -> DriverInfo:
     return DriverInfo()
 
 
-def redis_client(url: str, max_connections: int = MAX_CONNECTIONS) -> Redis:
-    """A client that fails fast (503 instead of hanging) and reconnects on its own."""
-    pool = LeanPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=POOL_WAIT_SECONDS,
-        socket_connect_timeout=1.0,
-        socket_timeout=5.0,
-        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
-        health_check_interval=15,
+def redis_client(
+    url: str, max_connections: int = MAX_CONNECTIONS, *, fast_paths: bool = True
+) -> Redis:
+    """A client that fails fast (503 instead of hanging) and reconnects on its own.
+
+    ``fast_paths`` (``[gateway] fast_paths``): the client of :mod:`app.compat.redis_fast`
+    where its start-up check passes; False: redis-py's stock client, public API only."""
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "timeout": POOL_WAIT_SECONDS,
+        "socket_connect_timeout": 1.0,
+        "socket_timeout": 5.0,
+        "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+        "health_check_interval": 15,
         # Off: a plain Redis sends none, and while on ("auto") redis-py's checkout skips its
         # check for a connection holding an unread reply and hands that reply to the next caller.
-        maint_notifications_config=MaintNotificationsConfig(enabled=False),
-        driver_info=_driver_info(),
-        # RESP2, named: redis-py 8.2 made RESP3 its default. The lean paths read replies
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+        "driver_info": _driver_info(),
+        # RESP2, named: redis-py 8.2 made RESP3 its default. The fast paths read replies
         # themselves and were written and measured on RESP2, and RESP2 skips a HELLO round
         # trip per new connection. A URL's ``?protocol=3`` still wins.
-        protocol=2,
-    )
-    pack_with_hiredis(pool)
-    send_without_task(pool)
-    client = cast(LeanRedis, LeanRedis.from_pool(pool))  # it owns (and closes) its pool
-    client.mux = CommandMux(client)
-    return client
+        "protocol": 2,
+    }
+    if fast_paths:
+        client = fast_client(url, options)
+        if client is not None:
+            return client
+    return public_client(url, options)
 
 
 def create_redis_backend(settings: Settings) -> RedisBackend:
     gateway = settings.gateway
     return RedisBackend(
-        redis_client(gateway.redis_url, gateway.redis_max_connections),
+        redis_client(
+            gateway.redis_url, gateway.redis_max_connections, fast_paths=gateway.fast_paths
+        ),
         event_log_max_len=gateway.event_log_max_len,
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,

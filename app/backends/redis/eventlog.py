@@ -32,10 +32,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.append_packing import pack_append_args
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.script_pipeline import ScriptPipeline
 from app.backends.redis.scripts import APPEND
+from app.compat.redis_fast import ScriptPipeline, pack_append_args, uses_fast_paths
 
 KIND_EVENT = "e"
 KIND_EXTENSION = "x"
@@ -183,7 +182,10 @@ class EventLog:
         keep = max_len + 1
         self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
         self._append = ScriptPipeline(
-            redis, redis.register_script(APPEND), pack_args=pack_append_args
+            redis,
+            redis.register_script(APPEND),
+            pack_args=pack_append_args,
+            fast=uses_fast_paths(redis),
         )
 
     async def append(

@@ -23,7 +23,7 @@ from app.backends.redis.eventlog import (
     Pending,
 )
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.script_pipeline import ScriptPipeline
+from app.compat.redis_fast.script_pipeline import ScriptPipeline
 from tests.app.redis_support import (
     SHARED_REDIS_URL,
     MuteRedis,

@@ -18,7 +18,15 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 
-__all__ = ["RoundTripWatch", "Wire", "attach", "has_unread_data", "lost_error", "take_replies"]
+__all__ = [
+    "RoundTripWatch",
+    "Wire",
+    "attach",
+    "has_unread_data",
+    "lost_error",
+    "stop_task",
+    "take_replies",
+]
 
 
 def has_unread_data(connection: AbstractConnection) -> bool:
@@ -162,3 +170,13 @@ class RoundTripWatch:
             self._expired()
         else:
             self._timer = loop.call_at(self._deadline, self._fire)
+
+
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` until it is done (as ``app.backends.redis.tasks.stop_task``: redis-py
+    can swallow a cancellation that lands while it reads a reply)."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.5)
+    if task is not None and task.done() and not task.cancelled():
+        task.exception()  # retrieved: never "exception was never retrieved"

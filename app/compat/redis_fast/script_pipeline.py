@@ -35,10 +35,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.append_packing import bulk, remember
-from app.backends.redis.packing import pack_plain_commands, plain_utf8
-from app.backends.redis.tasks import stop_task
-from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
+from app.compat.redis_fast.append_packing import bulk, remember
+from app.compat.redis_fast.packing import pack_plain_commands, plain_utf8
+from app.compat.redis_fast.wire import (
+    RoundTripWatch,
+    Wire,
+    attach,
+    lost_error,
+    stop_task,
+    take_replies,
+)
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
 
@@ -124,8 +130,12 @@ class ScriptPipeline:
         script: AsyncScript,
         max_calls: int = MAX_CALLS,
         pack_args: PackArgs | None = None,
+        *,
+        fast: bool = True,
     ) -> None:
         self._redis = redis
+        #: Drive the held connection's socket (:mod:`.wire`); False: redis-py's path only.
+        self._fast = fast
         self._script = script
         self._max = max(1, max_calls)
         #: Packs a call's arguments (the script's own layout) faster than one by one; used
@@ -395,7 +405,7 @@ class ScriptPipeline:
 
     def _attach(self) -> None:
         """Drive the held connection's socket directly (if it is connected and clean)."""
-        if self._conn is not None:
+        if self._conn is not None and self._fast:
             self._wire = attach(self._conn, self._replies_in, self._lost)
 
     async def aclose(self) -> None:

@@ -40,11 +40,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.command_mux import MUXED
-from app.backends.redis.wire import has_unread_data
+from app.compat.redis_fast.command_mux import MUXED
+from app.compat.redis_fast.wire import has_unread_data
 
 if TYPE_CHECKING:
-    from app.backends.redis.command_mux import CommandMux
+    from app.compat.redis_fast.command_mux import CommandMux
 
 __all__ = [
     "Deadlines",

@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from app.backends.redis import append_packing
-from app.backends.redis.append_packing import bulk, pack_append_args
 from app.backends.redis.eventlog import (
     KIND_EVENT,
     KIND_EXTENSION,
@@ -23,7 +21,9 @@ from app.backends.redis.eventlog import (
     SnapshotWrite,
 )
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.script_pipeline import ScriptPipeline
+from app.compat.redis_fast import append_packing
+from app.compat.redis_fast.append_packing import bulk, pack_append_args
+from app.compat.redis_fast.script_pipeline import ScriptPipeline
 from tests.app.redis_support import prefix, redis
 
 __all__ = ["prefix", "redis"]  # fixtures

@@ -33,9 +33,15 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis.packing import plain_utf8
-from app.backends.redis.tasks import stop_task
-from app.backends.redis.wire import RoundTripWatch, Wire, attach, lost_error, take_replies
+from app.compat.redis_fast.packing import plain_utf8
+from app.compat.redis_fast.wire import (
+    RoundTripWatch,
+    Wire,
+    attach,
+    lost_error,
+    stop_task,
+    take_replies,
+)
 
 __all__ = ["MAX_COMMANDS", "MUXED", "CommandMux"]
 

@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis import redis_client
-from app.backends.redis.lean import Deadlines, LeanPipeline, LeanPool, LeanRedis
+from app.compat.redis_fast.lean import Deadlines, LeanPipeline, LeanPool, LeanRedis
 from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, clients, prefix, private_redis
 from tests.support import eventually, eventually_async
 
