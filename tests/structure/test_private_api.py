@@ -18,22 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "providers", "app")
 COMPAT = ("app/compat/", "providers/compat/")
 
-REDIS = "redis-compat (issue 50, item 1)"
 HTTP = "http-privates (issue 50, item 1)"
 TRANSPORT = "transport-privates (issue 50, item 1)"
 
 # (file, private name, helper of issue 50 removing it)
 KNOWN: frozenset[tuple[str, str, str]] = frozenset({
     ("app/api/http.py", "_body", HTTP),
-    ("app/backends/redis/command_mux.py", "_resp2_fallback", REDIS),
-    ("app/backends/redis/lean.py", "_available_connections", REDIS),
-    ("app/backends/redis/lean.py", "_execute_pipeline", REDIS),
-    ("app/backends/redis/lean.py", "_in_use_connections", REDIS),
-    ("app/backends/redis/lean.py", "_writer", REDIS),
-    ("app/backends/redis/wire.py", "_buffer", REDIS),
-    ("app/backends/redis/wire.py", "_parser", REDIS),
-    ("app/backends/redis/wire.py", "_reader", REDIS),
-    ("app/backends/redis/wire.py", "_writer", REDIS),
     ("app/streams/sse.py", "_listen_for_disconnect", HTTP),
     ("app/streams/sse.py", "_listen_for_exit_signal_with_grace", HTTP),
     ("app/streams/sse.py", "_ping", HTTP),
