@@ -17,6 +17,7 @@ from app.backends.types import ConversationRef
 
 __all__ = ["LostRunListener", "OutboxEntry", "OutboxFull", "WebhookOutbox"]
 
+
 class LostRunListener(Protocol):
     """Told of each run the backend ends itself (its owner was lost): the run-end hooks
     (``app.runs.ending.RunEndHooks``)."""
