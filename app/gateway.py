@@ -14,6 +14,7 @@ from app.config import Settings
 from app.observability.metrics import GatewayMetrics, InstrumentedBackend
 from app.observability.webhooks import WebhookDispatcher
 from app.runs.catalog import ProviderCatalog
+from app.runs.ending import RunEndHooks
 from app.runs.manager import RunManager
 from app.streams.snapshot import snapshot_object
 from providers.contract import AgentProvider
@@ -57,9 +58,10 @@ class Gateway:
             self.metrics.registry,
             outbox=self.backend.webhook_outbox() if hooks.url else None,
         )
-        if self.webhooks.enabled:
-            self.runs.run_end_hooks.append(self.webhooks.run_ended)
-            self.backend.watch_lost_runs(self.webhooks.run_lost)
+        #: What follows every run's end, also of a run a lost instance owned (app/runs/ending.py).
+        self.runs.run_end = RunEndHooks(self.archive, self.webhooks)
+        if self.runs.run_end.any:
+            self.backend.watch_lost_runs(self.runs.run_end)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
         self.closing = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None

@@ -1,7 +1,8 @@
 """The live backend with the archive's hooks: they only queue, and the live backend's answers
-are passed through as they are. A run is written once its meta is saved after its terminal event
-(its end); its start (``run.started``, the meta saved before the run) and a title are written
-``DEFER_SECONDS`` later, unless the end came first — a short run is written once."""
+are passed through as they are. A run's start (``run.started``, the meta saved before the run)
+and a title are written ``DEFER_SECONDS`` later, unless the run's end came first — a short run is
+written once. The end is written by the run-end hook (:meth:`.service.Archive.run_ended`, called
+by ``app/runs/ending.py``), not by a write seen here."""
 
 from __future__ import annotations
 
@@ -12,36 +13,28 @@ from app.archive.writer import ArchiveWriter
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.delegating import DelegatingBackend
 from app.backends.types import AppendDone, LogItem
-from core.runs import RUN_TERMINAL_TYPES
 
 __all__ = ["ArchivingBackend"]
 
 _STARTED = "run.started"
-_HOOKED = frozenset({_STARTED, *RUN_TERMINAL_TYPES})
+_HOOKED = frozenset({_STARTED})
 
 
 class ArchivingBackend(DelegatingBackend):
     def __init__(self, inner: Backend, writer: ArchiveWriter) -> None:
         super().__init__(inner)
         self._writer = writer
-        #: Conversations whose run appended its terminal event here: their next saved meta is
-        #: the run's end, written without delay.
-        self._ended: set[ConversationRef] = set()
 
     async def save_meta(
         self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
     ) -> None:
         await self._inner.save_meta(ref, meta, keep_title=keep_title)
-        if ref in self._ended:
-            self._ended.discard(ref)
-            self._writer.flush(ref)
-        else:  # a run's start (or a title): its end, if it comes within the delay, replaces it
-            self._writer.flush(ref, defer=True)
+        # A run's start (or a title): its end, if it comes within the delay, replaces it.
+        self._writer.flush(ref, defer=True)
 
     async def delete(self, ref: ConversationRef) -> bool:
         meta = await self._inner.get_meta(ref)
         existed = await self._inner.delete(ref)
-        self._ended.discard(ref)
         self._writer.delete(ref, meta.session_id if meta is not None else None)
         return existed
 
@@ -69,5 +62,3 @@ class ArchivingBackend(DelegatingBackend):
     def _seen(self, ref: ConversationRef, event_type: str | None) -> None:
         if event_type == _STARTED:  # archived as started (if the run lasts)
             self._writer.flush(ref, defer=True)
-        elif event_type in RUN_TERMINAL_TYPES:
-            self._ended.add(ref)

@@ -88,6 +88,12 @@ class Archive:
         if self._sync_engine is not None:
             self._sync_engine.dispose()
 
+    def run_ended(self, ref: ConversationRef) -> None:
+        """The run-end hook (``app/runs/ending.py``): a run of ``ref`` ended and its end is
+        logged (by its owner, or by the instance that ended it for a lost owner): write the
+        conversation now, with its end (a start still deferred is written with it, once)."""
+        self.writer.flush(ref)
+
     async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
         return await self.reader.snapshot(ref)
 

@@ -10,7 +10,6 @@ instance accepted is delivered by another when it dies.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,9 +17,19 @@ from app.backends.types import ConversationRef
 
 __all__ = ["LostRunListener", "OutboxEntry", "OutboxFull", "WebhookOutbox"]
 
-#: Awaited with (conversation, run id, the run's record) for a run the backend ends itself
-#: (its owner was lost), before that end is written.
-LostRunListener = Callable[[ConversationRef, str, dict[str, Any]], Awaitable[None]]
+
+class LostRunListener(Protocol):
+    """Told of each run the backend ends itself (its owner was lost): the run-end hooks
+    (``app.runs.ending.RunEndHooks``)."""
+
+    async def run_lost(self, ref: ConversationRef, run_id: str, run: dict[str, Any]) -> None:
+        """Before the end is written (with the run's record as ended): what must be handed
+        over in case this instance dies next."""
+        ...
+
+    async def lost_run_ended(self, ref: ConversationRef, run_id: str) -> None:
+        """After this instance wrote the end."""
+        ...
 
 
 class OutboxFull(Exception):

@@ -5,7 +5,8 @@ the run's :class:`.event_pipe.EventPipe`: reduced and logged in batches (whateve
 while the previous write was in flight), so the runner never waits a round trip per event and
 subscribers see each batch at once. A run always
 ends with a terminal event: when the runner raises (a provider bug) or returns without one, the
-gateway appends ``run.failed`` (``provider_error``) or ``run.cancelled`` itself.
+gateway appends ``run.failed`` (``provider_error``) or ``run.cancelled`` itself. How the run ends
+is decided in :mod:`app.runs.ending`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.errors import UnknownProvider
 from app.observability.logs import log_context
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
+from app.runs.ending import close_unterminated, decide_end
 from app.runs.event_pipe import EventPipe
 from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from app.runs.retry import until_available
@@ -148,43 +150,6 @@ def title_of(input: dict[str, Any]) -> str | None:
     return None
 
 
-def _terminal_event(
-    state: dict[str, Any], session_id: str, run_id: str, type_: str, payload: dict[str, Any]
-) -> AgentEvent:
-    sequence = int(state.get("lastSequenceByRun", {}).get(run_id, -1)) + 1
-    return {
-        "protocolVersion": "0.1",
-        "type": type_,
-        "eventId": f"{run_id}:{sequence}:{type_}",
-        "sessionId": session_id,
-        "runId": run_id,
-        "sequence": sequence,
-        "timestamp": time.time() * 1000,
-        "payload": payload,
-    }
-
-
-async def _decide_end(
-    backend: Backend, ref: ConversationRef, active: ActiveRun, event: AgentEvent
-) -> AgentEvent:
-    """``event``, the run's terminal, or ``run.cancelled`` in its place when an abort was
-    answered (202) before the end was decided: an accepted abort always wins."""
-    active.ending = True  # from here on, local aborts answer "aborted": false
-    reason: str | None = active.signal.reason
-    if reason is None:
-        reason = await until_available(
-            lambda: backend.end_run(ref, active.run_id), f"ending run {active.run_id}"
-        )
-    if reason is None or event["type"] == "run.cancelled":
-        return event
-    return {
-        **event,
-        "type": "run.cancelled",
-        "eventId": f"{event['eventId']}:cancelled",
-        "payload": {"reason": reason},
-    }
-
-
 #: Event types ``on_events`` may change (capped, decided as the run's end): other events go
 #: to the log as the runner checked them.
 _CHANGED_BY_GATEWAY = ARTIFACT_EVENTS | RUN_TERMINAL_TYPES
@@ -196,31 +161,6 @@ def passes_unchanged(checked: list[AgentEvent]) -> bool:
     """No event of ``checked`` is one the gateway may change (an artifact to cap, a terminal
     to decide): all go to the log exactly as the runner checked them."""
     return _CHANGED_BY_GATEWAY.isdisjoint(map(_event_type, checked))
-
-
-_PROVIDER_ERROR = {"code": "provider_error", "message": "The provider ended the run abnormally."}
-
-
-async def _close_unterminated(
-    backend: Backend,
-    ref: ConversationRef,
-    session_id: str,
-    active: ActiveRun,
-    error: dict[str, Any] = _PROVIDER_ERROR,
-) -> None:
-    """Append the terminal the provider failed to emit (and run.started if even that is missing)."""
-    snapshot = await until_available(lambda: backend.snapshot(ref), f"closing run {active.run_id}")
-    if snapshot is None:
-        return
-    state = snapshot.state
-    run_id = active.run_id
-    if run_id not in state.get("runs", {}):
-        await backend.append_event(
-            ref, _terminal_event(state, session_id, run_id, "run.started", {})
-        )
-        state = (await backend.snapshot(ref) or snapshot).state
-    event = _terminal_event(state, session_id, run_id, "run.failed", {"error": dict(error)})
-    await backend.append_event(ref, await _decide_end(backend, ref, active, event))
 
 
 async def execute_run(
@@ -255,7 +195,7 @@ async def _execute_run(
         provider = catalog.get(request.provider)
     except UnknownProvider as exc:  # adopted from an instance configured with other providers
         error = {"code": exc.code, "message": exc.message}
-        await _close_unterminated(backend, ref, meta.session_id, active, error)
+        await close_unterminated(backend, ref, meta.session_id, active, error)
         return
     run_input = request.input
     explicit = run_input.get("messages")
@@ -298,7 +238,7 @@ async def _execute_run(
         for original in checked:
             event = cap_artifact(original, artifact_cap)  # state never grows from one event
             if event["type"] in RUN_TERMINAL_TYPES and event["runId"] == run_id:
-                event = await _decide_end(backend, ref, active, event)
+                event = await decide_end(backend, ref, active, event)
             events.append(event)
             # Unchanged since the runner's check: the store does not validate it again. An
             # event the gateway changed (capped, turned into run.cancelled) is validated.
@@ -339,7 +279,7 @@ async def _execute_run(
         await pipe.close()
         if not terminal_seen:
             try:
-                await _close_unterminated(backend, ref, meta.session_id, active)
+                await close_unterminated(backend, ref, meta.session_id, active)
             except Exception:
                 logger.exception("could not close run %s", active.run_id)
         if tracker is not None:

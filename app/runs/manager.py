@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -32,6 +32,7 @@ from app.config import Settings
 from app.ids import new_run_id, new_session_id
 from app.observability.metrics import GatewayMetrics
 from app.runs.catalog import ProviderCatalog
+from app.runs.ending import RunEndHooks
 from app.runs.execute import START_WAIT_SECONDS, ActiveRun, RunRequest, execute_run, title_of
 from app.runs.limits import GatewayLimits, check_json_size
 from app.runs.start_slots import StartSlots
@@ -87,10 +88,9 @@ class RunManager:
         self._slots: dict[ConversationRef, _Slot] = {}
         #: Told (synchronously; must not block) of every run that ended on this instance.
         self.run_listeners: list[Callable[[ConversationRef, str], None]] = []
-        #: Awaited when a run ended on this instance, before its slot is released (what must
-        #: be handed over before another instance may take the conversation: webhooks). Each
-        #: bounds its own wait; a failure is logged.
-        self.run_end_hooks: list[Callable[[ConversationRef, str], Awaitable[None]]] = []
+        #: Awaited when a run ended on this instance, before its slot is released: the
+        #: run-end hooks (archive, webhooks) of app/runs/ending.py.
+        self.run_end = RunEndHooks()
         #: Rate, conversation and subscriber limits of [limits] (app/runs/limits.py).
         self.limits = GatewayLimits(settings.limits, backend.limit_store())
         #: [archive]: a conversation the live backend forgot is restored from it to continue.
@@ -339,7 +339,7 @@ class RunManager:
                         )
                     finally:
                         self._run_ended(ref, request.run_id)
-                        await self._run_end_hooks(ref, request.run_id)
+                        await self.run_end.owner_ended(ref, request.run_id)
                         await self.backend.release_run(ref, request.run_id)
                 except Exception:
                     logger.exception("run %s could not be executed", request.run_id)
@@ -365,13 +365,6 @@ class RunManager:
                 listener(ref, run_id)
             except Exception:
                 logger.exception("a run listener failed for run %s", run_id)
-
-    async def _run_end_hooks(self, ref: ConversationRef, run_id: str) -> None:
-        for hook in self.run_end_hooks:
-            try:
-                await hook(ref, run_id)
-            except Exception:
-                logger.exception("a run end hook failed for run %s", run_id)
 
     async def _claim_in_turn(
         self, ref: ConversationRef, slot: _Slot, request: RunRequest, active: ActiveRun

@@ -2,11 +2,12 @@
 
 Whoever notices first does it: a log reader's tick, any read/claim/abort of the conversation,
 or the periodic sweep of the ``P:runs`` index (which also finds runs nobody looks at). The
-takeover script lets exactly one instance win. Before the end is written (and the slot released)
-the ``lost_listeners`` are awaited with the ended run's record: its webhook is in the outbox
-even if this instance dies next. A run the dead owner had ended but not released is told too
-(its owner may have died before enqueueing; the webhook's id is the same, so at worst a
-receiver sees one delivery twice).
+takeover script lets exactly one instance win. The ``lost_listeners`` (the run-end hooks of
+``app/runs/ending.py``) are told as for a run ended by its owner: before the end is written (and
+the slot released, in the same step) with the ended run's record, so its webhook is in the
+outbox even if this instance dies next; after it is written, so the archive writes the end. A
+run the dead owner had ended but not released is told too (its owner may have died before
+enqueueing; the webhook's id is the same, so at worst a receiver sees one delivery twice).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Reaper:
         self.cache = cache
         self.prefix = prefix
         self._owns = owns
-        #: Awaited with (conversation, run id, run record) before the end is written.
+        #: Awaited before the end is written (with the run's record) and after.
         self.lost_listeners: list[LostRunListener] = []
 
     async def reap(self, keys: ConversationKeys, holder: Token) -> bool:
@@ -64,6 +65,7 @@ class Reaper:
             events = []
             snapshot = None
             state = None
+            told: ConversationRef | None = None
             if inc is not None:
                 text = inc.decode() if isinstance(inc, bytes) else str(inc)
                 state = await self.cache.load_private(keys, text)
@@ -77,7 +79,7 @@ class Reaper:
             if state is not None:
                 snapshot = state.snapshot_write()
                 run = state.store.get_snapshot().get("runs", {}).get(holder.run_id)
-                await self._tell(ref_of(raw_ref), holder.run_id, run)
+                told = await self._tell(ref_of(raw_ref), holder.run_id, run)
             try:
                 ids = await self.log.append(keys, token.raw, items, release=True, snapshot=snapshot)
             except Fenced:
@@ -95,19 +97,30 @@ class Reaper:
             len(events),
             (time.monotonic() - started) * 1000,
         )
+        if told is not None:
+            await self._tell_ended(told, holder.run_id)
         return True
 
     async def _tell(
         self, ref: ConversationRef | None, run_id: str, run: dict[str, Any] | None
-    ) -> None:
+    ) -> ConversationRef | None:
+        """Tell the listeners of the end about to be written; the conversation if they were."""
         if run is None or run.get("status") not in TERMINAL_STATUSES or not self.lost_listeners:
-            return
+            return None
         if ref is None:  # created before conversations named themselves in their meta
             log.warning("run %s ended without its webhook: its conversation is unnamed", run_id)
-            return
+            return None
         for listener in self.lost_listeners:
             try:
-                await listener(ref, run_id, run)
+                await listener.run_lost(ref, run_id, run)
+            except Exception:
+                log.exception("a lost-run listener failed for run %s", run_id)
+        return ref
+
+    async def _tell_ended(self, ref: ConversationRef, run_id: str) -> None:
+        for listener in self.lost_listeners:
+            try:
+                await listener.lost_run_ended(ref, run_id)
             except Exception:
                 log.exception("a lost-run listener failed for run %s", run_id)
 

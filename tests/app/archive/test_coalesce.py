@@ -64,7 +64,8 @@ async def test_a_short_run_is_written_once_with_its_end(gateway: Counted) -> Non
     started = time.monotonic()
     await start_run(gateway.backend, meta)
     await gateway.backend.append_event(REF, event("r1", 5, "run.completed"))
-    await gateway.backend.save_meta(REF, meta)  # the run's end
+    await gateway.backend.save_meta(REF, meta)  # the meta saved after the run
+    gateway.archive.run_ended(REF)  # the run-end hook (app/runs/ending.py)
     assert await gateway.archive.writer.wait_idle(10.0)
     assert time.monotonic() - started < DEFER_SECONDS  # the end did not wait for the delay
     assert gateway.writes == ["completed"]
@@ -79,6 +80,7 @@ async def test_a_lasting_run_is_archived_as_started_then_ended(gateway: Counted)
     failed = event("r1", 5, "run.failed", {"error": {"code": "x", "message": "y"}})
     await gateway.backend.append_batch(REF, [LogItem.of_event(failed)])
     await gateway.backend.save_meta(REF, meta)
+    gateway.archive.run_ended(REF)
     assert await gateway.archive.writer.wait_idle(10.0)
     assert gateway.writes == ["running", "failed"]
 

@@ -1,7 +1,8 @@
 """The archive with the Redis live backend: two gateway processes on one Redis (a key prefix of
 the test's own) share one archive. A conversation continued on either instance stays one
 conversation, also after Redis forgot it (its keys deleted, as a TTL expiry or a flush does)
-and when both instances restore it at once."""
+and when both instances restore it at once. A run whose instance died is archived with its end
+(``gateway_instance_lost``) by the instance that ended it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from tests.app.archive.support import (
     without_cursor,
 )
 from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
-from tests.providers.mock_upstreams import MockUpstream, openai_frames
+from tests.app.webhook_support import Receiver, serve_receiver
+from tests.providers.mock_upstreams import STALL, MockUpstream, openai_frames
 
 pytestmark = [
     pytest.mark.slow,
@@ -198,3 +200,53 @@ async def test_two_instances_restoring_at_once_make_one_conversation(
         ("assistant", "re: again"),
         ("user", "again"),
     ]
+
+
+async def test_a_run_ended_gateway_instance_lost_runs_the_run_end_hooks(
+    database: Database, upstream: MockUpstream
+) -> None:
+    """A kills its instance mid-run; B ends the run ``gateway_instance_lost`` and runs the same
+    run-end hooks as an owner: the webhook is sent and the archive holds the run's end."""
+    upstream.responses.append([STALL])  # the run lasts until its owner is gone
+    prefix = unique_prefix()
+    gateway = {"backend": "redis", "redis_url": SHARED_REDIS_URL, "lease_ttl_seconds": 1.0}
+    async with serve_receiver(Receiver()) as receiver, shared_redis(prefix):
+        config = config_toml(database.url, upstream.url, gateway)
+        config += f'\n[webhooks]\nurl = "{receiver.url}"\nsecret = "whsec-test"\n'
+        a, b = ServeProcess(config, prefix), ServeProcess(config, prefix)
+        try:
+            await asyncio.gather(a.start(), b.start())
+            async with a.client() as ca, b.client() as cb:
+                answer = await ca.post(
+                    "/v1/conversations/lost/runs", json={"input": {"prompt": "hi"}}
+                )
+                assert answer.status_code == 202, answer.text
+                run_id = answer.json()["runId"]
+
+                async def archived_running() -> bool:  # A's deferred write of the run's start
+                    row = await archived_last_run(database, "lost")
+                    return row is not None and row[:2] == (run_id, "running")
+
+                await wait_for(archived_running, what="the run archived as started")
+                a.kill()
+                await receiver.wait_acknowledged(1, within=30)
+
+                async def archived_lost() -> bool:
+                    row = await archived_last_run(database, "lost")
+                    return row is not None and row[:2] == (run_id, "failed")
+
+                await wait_for(archived_lost, what="the lost run's end archived")
+                record = (await cb.get(f"/v1/conversations/lost/runs/{run_id}")).json()
+        finally:
+            a.close()
+            b.close()
+    hook = receiver.acknowledged[0]
+    assert (hook["type"], hook["run"]["runId"]) == ("run.failed", run_id)
+    assert hook["run"]["error"]["code"] == "gateway_instance_lost"
+    assert len(receiver.attempts) == 1
+    (state,) = await database.query(
+        "SELECT state FROM archived_conversations WHERE conversation_key = $1", "lost"
+    )
+    archived = orjson.loads(state[0])["runs"][run_id]
+    assert archived["status"] == record["status"] == "failed"
+    assert archived["error"]["code"] == "gateway_instance_lost"
