@@ -234,10 +234,14 @@ class _GatewayEventSource(EventSourceResponse):
             await asyncio.wait(children)
         errors = [exc for child in children if (exc := child.exception()) is not None]
         del children
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise BaseExceptionGroup("SSE response", errors)
+        if not errors:
+            return
+        error = errors[0] if len(errors) == 1 else BaseExceptionGroup("SSE response", errors)
+        del errors
+        try:
+            raise error
+        finally:
+            del error  # not kept by this frame, which the error's traceback holds
 
     async def _stream(self, deliver: _Sender, send: Send) -> None:
         frames = self.frames
