@@ -17,6 +17,7 @@ from app.api.responses import JSON
 from app.api.routes import ag_ui, commands, conversations, events, system, ws
 from app.api.webhooks_doc import document_webhooks
 from app.backends import Backend
+from app.compat import uvicorn_fast
 from app.config import Settings, load_settings
 from app.gateway import Gateway
 from app.observability.logs import RequestContextMiddleware, collect_secrets, register_secrets
@@ -31,17 +32,21 @@ EXAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "antd-x-chat" /
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, plus the server's transport and ``send`` in ``scope["extensions"]``.
+    """FastAPI, plus (on uvicorn's fast path, ``app/compat/uvicorn_fast.py``) the server's
+    transport and ``send`` in ``scope["extensions"]``.
 
     A subscriber dropped for a blocked send must free what its socket buffer pins at once; a
     graceful close would wait for a peer that never reads. An SSE stream writes its body
     through the server's ``send``, past the middleware (see ``app/streams/sse.py``).
     """
 
+    #: Set by ``create_app``: ``[gateway] fast_paths`` and uvicorn's internals as expected.
+    uvicorn_fast_path = False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
+        if self.uvicorn_fast_path and scope["type"] in ("http", "websocket"):
             extensions = scope.setdefault("extensions", {})
-            transport = getattr(getattr(send, "__self__", None), "transport", None)
+            transport = uvicorn_fast.transport_of(send)
             if transport is not None:
                 extensions[TRANSPORT_EXTENSION] = transport
             if scope["type"] == "http":
@@ -89,6 +94,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.uvicorn_fast_path = settings.gateway.fast_paths and uvicorn_fast.available()
     document_webhooks(app)  # OpenAPI only: what [webhooks] url receives (app/api/webhooks_doc.py)
     install_error_handlers(app)
     if settings.gateway.cors_origins:

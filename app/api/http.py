@@ -10,6 +10,7 @@ from fastapi import Depends, Path, Request
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.responses import Response
+from starlette.types import Message, Receive
 
 from app.api.errors import ApiError
 from app.api.schemas import KEY_PATTERN
@@ -85,7 +86,7 @@ class GatewayRoute(APIRoute):
                             raise _too_large(limit)
                 except ClientDisconnect:  # left mid-body (slow loris): nobody reads an answer
                     return Response(status_code=400)
-                request._body = body  # FastAPI parses the body we already read
+                request = Request(request.scope, _replay(body, request.receive))
                 if body.strip() and not _is_json(request.headers.get("content-type", "")):
                     raise ApiError(
                         415, "unsupported_media_type", "The body must be application/json."
@@ -97,6 +98,19 @@ class GatewayRoute(APIRoute):
             return await handler(request)
 
         return guarded
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that first returns ``body`` (already read): FastAPI parses it from there.
+    Later calls (a disconnect) go to the server's ``receive``."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay
 
 
 def _too_large(limit: int) -> ApiError:

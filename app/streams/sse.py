@@ -14,17 +14,26 @@ the log resumes. One whose connection closed builds nothing more (see ``follow``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import operator
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from typing import Any
 
-from sse_starlette.event import ServerSentEvent
+from sse_starlette.event import ServerSentEvent, ensure_bytes
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app.backends import ConversationRef, LogEntry
+from app.compat import uvicorn_fast
 from app.gateway import Gateway
 from app.streams.follow import BATCH, Follow, follow_batches
 from app.streams.snapshot import snapshot_sse_parts
@@ -48,7 +57,12 @@ SERVER_SEND_EXTENSION = "gateway.server_send"
 
 
 async def _ends_quietly(child: Awaitable[None]) -> None:
-    """Await a task group's child; its cancellation ends it normally (nothing else awaits)."""
+    """Await one of the response's tasks; its cancellation ends it normally.
+
+    A task that ends cancelled keeps its CancelledError, whose traceback holds the finished
+    frames' locals (the response, the connection's protocol and transport): a reference cycle
+    that only a full collection frees.
+    """
     try:
         await child
     except asyncio.CancelledError:
@@ -64,47 +78,44 @@ async def _send_within(send: Awaitable[None], seconds: float | None) -> None:
     await wait_within(send, seconds, SendTimeoutError)
 
 
-#: What uvicorn's ``send`` returns, as cast once here: a ``Coroutine[...]`` written in the
-#: ``cast`` is built at every push (~0.5 µs, once per delivery).
-_Sending = Coroutine[Any, Any, None]
-
-
-def _flow_of(server_send: Send | None) -> Any:
-    """uvicorn's flow control of the connection behind ``server_send`` (None: another server).
-
-    uvicorn's ``send`` of a body awaits only while the transport is paused for writing
-    (``flow.write_paused``); otherwise it writes and returns without suspending.
-    """
-    flow = getattr(getattr(server_send, "__self__", None), "flow", None)
-    return flow if isinstance(getattr(flow, "write_paused", None), bool) else None
-
-
 class _Pusher:
     """Writes a follower's batch from the appending task (``follow._Sink``): through the
     server's own ``send``, and only when that send cannot wait (the transport is not paused
-    for writing), so it returns without suspending: driven by one ``send(None)``.
+    for writing), so it returns without suspending (``uvicorn_fast.send_now``).
 
-    Only a batch that is one send (one frame, or frames joined under ``COALESCE_BYTES``), and
-    only once the response has sent its first frame (``retry:``, the snapshot if any).
-    :meth:`gone` tells the follower that the connection closed.
+    Only on uvicorn's fast path (``app/compat/uvicorn_fast.py``), only a batch that is one send
+    (one frame, or frames joined under ``COALESCE_BYTES``), and only once the response has sent
+    its first frame (``retry:``, the snapshot if any) and no other send is in progress.
     """
 
-    __slots__ = ("flow", "ready", "server_send", "transport")
+    __slots__ = ("busy", "disconnected", "flow", "ready", "server_send", "transport")
 
     def __init__(self) -> None:
         self.server_send: Send | None = None
-        self.flow: Any = None
-        self.transport: Any = None
+        self.flow: uvicorn_fast.Flow | None = None
+        self.transport: asyncio.Transport | None = None
         self.ready = False
+        #: The response's send lock (a heartbeat's send may be waiting on a paused transport).
+        self.busy: asyncio.Lock | None = None
+        #: Set once the client's ``http.disconnect`` arrived.
+        self.disconnected = False
 
     def gone(self) -> bool:
         """The connection is closed or closing (the client left, or it was dropped)."""
+        if self.disconnected:
+            return True
         transport = self.transport
-        return transport is not None and bool(transport.is_closing())
+        return transport is not None and transport.is_closing()
 
     def __call__(self, entries: list[LogEntry]) -> bool:
         flow = self.flow
-        if not self.ready or flow is None or flow.write_paused or self.server_send is None:
+        if (
+            not self.ready
+            or flow is None
+            or flow.write_paused
+            or self.server_send is None
+            or (self.busy is not None and self.busy.locked())
+        ):
             return False
         sends = _sends(entries)
         if not isinstance(sends, tuple):
@@ -112,97 +123,156 @@ class _Pusher:
             if len(sends) != 1:
                 return False
         message = {"type": "http.response.body", "body": sends[0], "more_body": True}
-        sending = cast(_Sending, self.server_send(message))
-        try:
-            sending.send(None)
-        except StopIteration:
-            return True
-        sending.close()  # it would have waited, and a server waits before writing anything
-        return False
+        return uvicorn_fast.send_now(self.server_send, message)
+
+
+class _Sender:
+    """Sends the body chunks of one SSE response: ``await sender(chunk)``.
+
+    With uvicorn's flow control (the fast path), a send that cannot block (the transport is
+    not paused, no other send in progress) is not timed: with hundreds of subscribers, a timer
+    armed and cancelled per send is a share of the fan-out's CPU. Any other send holds the lock
+    (a large frame's pieces and a heartbeat never interleave) and drops the subscriber past
+    ``timeout`` (``SendTimeoutError``).
+    """
+
+    __slots__ = ("flow", "lock", "send", "timeout")
+
+    def __init__(self, send: Send, flow: uvicorn_fast.Flow | None, timeout: float | None) -> None:
+        self.send = send
+        self.flow = flow
+        self.timeout = timeout
+        self.lock = asyncio.Lock()
+
+    async def __call__(self, chunk: bytes | memoryview) -> None:
+        message = {"type": "http.response.body", "body": chunk, "more_body": True}
+        flow = self.flow
+        if flow is not None and not flow.write_paused and not self.lock.locked():
+            await self.send(message)
+            return
+        async with self.lock:
+            await _send_within(self.send(message), self.timeout)
 
 
 class _GatewayEventSource(EventSourceResponse):
+    """sse-starlette's response (headers, ping encoding) with the gateway's own ASGI
+    ``__call__``: the body through the server's ``send`` when uvicorn's fast path applies,
+    heartbeats only after the first frame of a fresh stream, a stalled subscriber dropped
+    past ``send_timeout`` (aborted on the fast path), the slot freed at the end."""
+
     gateway: Gateway
     ref: ConversationRef
     #: The subscriber slot taken in ``sse_response`` (freed when the response ends).
     slot: str | None
-    _server_send: Send | None = None
-    _flow: Any = None
     #: Set by the first body frame when the stream opens with its snapshot (no resume point):
     #: heartbeats wait for it, so a slow snapshot (a loaded Redis) never lets a ``: ping`` come
     #: first. A resumed stream may wait long for its first event: its heartbeats never wait.
-    _first_frame: asyncio.Event | None = None
+    first_frame: asyncio.Event | None = None
     #: Writes followed entries from the appending task (see :class:`_Pusher`).
     pusher: _Pusher | None = None
-
-    # The four tasks of the response's task group end normally when the group cancels them.
-    # anyio's ``task_done`` keeps a cancelled task's CancelledError in a reference cycle (the
-    # exception's traceback holds ``task_done``'s frame, whose local holds the exception), and
-    # that cycle pins everything the cancelled coroutines referenced: the response, the
-    # connection's protocol and transport, ~125 objects per finished stream, which only a full
-    # collection frees. After 175 streams, ~22,000 objects of a 93-180 ms full collection.
-    async def _stream_response(self, send: Send) -> None:
-        await _ends_quietly(super()._stream_response(send))
-
-    async def _listen_for_disconnect(self, receive: Receive) -> None:
-        await _ends_quietly(super()._listen_for_disconnect(receive))
-
-    async def _listen_for_exit_signal_with_grace(self) -> None:
-        await _ends_quietly(super()._listen_for_exit_signal_with_grace())
-
-    async def _ping(self, send: Send) -> None:
-        await _ends_quietly(self._ping_after_first_frame(send))
-
-    async def _ping_after_first_frame(self, send: Send) -> None:
-        first = self._first_frame
-        if first is not None:
-            await first.wait()
-        await super()._ping(send)
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        """Body messages go to the server's send directly: the middleware wrappers only act on
-        the response start (headers, status), which always goes through them first.
-
-        A send that cannot block (the transport is not paused) is not timed: with hundreds of
-        subscribers, a timer armed and cancelled per send was ~10 % of the fan-out's CPU. A
-        send that may block still drops the subscriber past ``send_timeout``.
-        """
-        first = self._first_frame
-        if first is not None and message["type"] == "http.response.body":
-            self._first_frame = None
-            first.set()
-        server_send = self._server_send
-        if server_send is None or message["type"] != "http.response.body":
-            await super()._send_with_timeout(send, message)
-            return
-        flow = self._flow
-        if flow is not None and not flow.write_paused:
-            await server_send(message)
-        else:
-            await _send_within(server_send(message), self.send_timeout)
+    #: The frames to send (``body_iterator``, typed).
+    frames: AsyncGenerator[bytes | memoryview, None]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         extensions = scope.get("extensions", {})
-        if scope["type"] == "http":
-            self._server_send = extensions.get(SERVER_SEND_EXTENSION)
-            self._flow = _flow_of(self._server_send)
-            if self.pusher is not None:
-                self.pusher.server_send, self.pusher.flow = self._server_send, self._flow
-                self.pusher.transport = extensions.get(TRANSPORT_EXTENSION)
+        server_send: Send | None = extensions.get(SERVER_SEND_EXTENSION)
+        connection = None if server_send is None else uvicorn_fast.connection_of(server_send)
+        if connection is None:
+            server_send = None
+        if self.pusher is not None and connection is not None:
+            self.pusher.server_send = server_send
+            self.pusher.flow, self.pusher.transport = connection.flow, connection.transport
         try:
             with self.gateway.metrics.track_subscriber("sse"):
-                await super().__call__(scope, receive, send)
+                await self._serve(scope, receive, send, server_send, connection)
         except* SendTimeoutError:
             # The stream's send and a heartbeat's may both time out: a group of two.
             self.gateway.metrics.subscriber_dropped("sse")
             logger.info("dropped a subscriber whose send blocked past the send timeout")
             # Free what the socket buffer pins now: a graceful close would wait for the
             # stalled peer to read it. The subscriber resumes with Last-Event-ID.
-            transport = extensions.get(TRANSPORT_EXTENSION)
-            if transport is not None:
-                transport.abort()
+            if connection is not None:
+                connection.transport.abort()
         finally:
             await self.gateway.runs.limits.release_subscriber(self.ref, self.slot)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        server_send: Send | None,
+        connection: uvicorn_fast.Connection | None,
+    ) -> None:
+        start = {
+            "type": "http.response.start",
+            "status": self.status_code,
+            "headers": self.raw_headers,
+        }
+        await send(start)  # through the middleware: they act on the response start
+        if scope.get("method", "GET").upper() == "HEAD":
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        # Body messages go to the server's send directly when it is uvicorn's: the middleware
+        # wrappers only act on the response start.
+        deliver = _Sender(
+            send if server_send is None else server_send,
+            None if connection is None else connection.flow,
+            self.send_timeout,
+        )
+        if self.pusher is not None:
+            self.pusher.busy = deliver.lock
+        children = [asyncio.ensure_future(_ends_quietly(self._stream(deliver, send)))]
+        if self.ping_interval > 0:
+            children.append(asyncio.ensure_future(_ends_quietly(self._heartbeat(deliver))))
+        children.append(asyncio.ensure_future(_ends_quietly(self._listen(receive))))
+        try:
+            await asyncio.wait(children, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for child in children:
+                child.cancel()
+            await asyncio.wait(children)
+        errors = [exc for child in children if (exc := child.exception()) is not None]
+        del children
+        if not errors:
+            return
+        error = errors[0] if len(errors) == 1 else BaseExceptionGroup("SSE response", errors)
+        del errors
+        try:
+            raise error
+        finally:
+            del error  # not kept by this frame, which the error's traceback holds
+
+    async def _stream(self, deliver: _Sender, send: Send) -> None:
+        frames = self.frames
+        try:
+            async for chunk in frames:
+                first = self.first_frame
+                if first is not None:
+                    self.first_frame = None
+                    first.set()
+                await deliver(chunk)
+        except BaseException:
+            # Suspended at a yield: close it so its cleanup (the follower's count) runs now.
+            with contextlib.suppress(Exception):
+                await frames.aclose()
+            raise
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _heartbeat(self, deliver: _Sender) -> None:
+        first = self.first_frame
+        if first is not None:
+            await first.wait()
+        factory = self.ping_message_factory or _ping
+        while True:
+            await asyncio.sleep(self.ping_interval)
+            await deliver(ensure_bytes(factory(), self.sep))
+
+    async def _listen(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.pusher is not None:
+            self.pusher.disconnected = True
 
 
 def _ping() -> ServerSentEvent:
@@ -366,7 +436,7 @@ async def _snapshot_frames(
 
 async def _frames(
     gateway: Gateway, ref: ConversationRef, spec: Follow, pusher: _Pusher | None = None
-) -> AsyncIterator[bytes | memoryview]:
+) -> AsyncGenerator[bytes | memoryview, None]:
     retry: bytes | None = b"retry: %d\n" % RETRY_MS
     gone = None if pusher is None else pusher.gone
     async for item in follow_batches(gateway, ref, spec, pusher, gone):
@@ -399,8 +469,9 @@ async def sse_response(
     settings = gateway.settings.gateway
     slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
     pusher = _Pusher()
+    frames = _frames(gateway, ref, spec, pusher)
     response = _GatewayEventSource(
-        _frames(gateway, ref, spec, pusher),
+        frames,
         headers={"Cache-Control": "no-cache", **(headers or {})},
         ping=settings.heartbeat_seconds,
         ping_message_factory=_ping,
@@ -408,8 +479,9 @@ async def sse_response(
         sep="\n",
     )
     if spec.since is None and spec.start is None:
-        response._first_frame = asyncio.Event()
+        response.first_frame = asyncio.Event()
     response.pusher = pusher
+    response.frames = frames
     response.gateway = gateway  # metrics: subscribers by transport, dropped subscribers
     response.ref = ref
     response.slot = slot

@@ -11,10 +11,11 @@ from typing import Any, ClassVar, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sse_starlette.sse import EventSourceResponse, SendTimeoutError
-from starlette.types import Message
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Message, Send
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
+from app.compat import uvicorn_fast
 from app.gateway import Gateway
 from app.streams import sse
 from app.streams.follow import (
@@ -26,7 +27,7 @@ from app.streams.follow import (
     follow_batches,
     linger_seconds,
 )
-from app.streams.sse import _coalesced, _flow_of, _frames, _GatewayEventSource
+from app.streams.sse import _coalesced, _frames, _GatewayEventSource, _Sender
 from tests.app.backend_contract import event, meta, run_events
 from tests.app.gateway_server import gateway_on
 
@@ -151,18 +152,21 @@ async def test_sends_that_cannot_block_are_not_timed_and_others_still_drop(
             self.sent.append(message["body"])
 
     cycle = Cycle()
-    response = _GatewayEventSource(iter(()), send_timeout=0.05)
-    response._server_send = cycle.send
-    response._flow = _flow_of(cycle.send)
-    assert response._flow is cycle.flow
-    body: Message = {"type": "http.response.body", "body": b"x", "more_body": True}
-    await response._send_with_timeout(cycle.send, body)
+    cycle.transport = asyncio.Transport()  # type: ignore[attr-defined]
+    connection = uvicorn_fast.connection_of(cycle.send)
+    assert connection is not None and connection.flow is cycle.flow
+    sender = _Sender(cycle.send, connection.flow, 0.05)
+    await sender(b"x")
     assert cycle.sent == [b"x"] and timed == []
     Flow.write_paused = True
     with pytest.raises(SendTimeoutError):
-        await asyncio.wait_for(response._send_with_timeout(cycle.send, body), 5)
+        await asyncio.wait_for(sender(b"x"), 5)
     assert timed == [0.05]
-    assert _flow_of(None) is None  # another server: every send is timed
+    # another server: every send is timed
+    assert uvicorn_fast.connection_of(cast(Send, None)) is None
+    Flow.write_paused = False
+    await asyncio.wait_for(_Sender(cycle.send, None, 0.05)(b"y"), 5)
+    assert cycle.sent == [b"x", b"y"] and timed == [0.05, 0.05]
 
 
 @settings(deadline=None, max_examples=60)
@@ -189,7 +193,7 @@ async def test_no_heartbeat_comes_before_the_opening_snapshot(opens_with_snapsho
     sent: list[bytes] = []
     pinged = asyncio.Event()
 
-    async def frames() -> AsyncIterator[bytes]:
+    async def frames() -> AsyncGenerator[bytes, None]:
         await asyncio.sleep(0.2)  # the slow snapshot: ten heartbeat intervals
         yield b"event: snapshot\ndata: {}\n\n"
         await pinged.wait()
@@ -204,11 +208,13 @@ async def test_no_heartbeat_comes_before_the_opening_snapshot(opens_with_snapsho
         await asyncio.Event().wait()  # the client never leaves
         raise AssertionError
 
-    response = _GatewayEventSource(frames(), ping=0.02, ping_message_factory=sse._ping, sep="\n")
+    stream = frames()
+    response = _GatewayEventSource(stream, ping=0.02, ping_message_factory=sse._ping, sep="\n")
+    response.frames = stream
     if opens_with_snapshot:
-        response._first_frame = asyncio.Event()
+        response.first_frame = asyncio.Event()
     scope = {"type": "http", "method": "GET", "extensions": {}}
-    await asyncio.wait_for(EventSourceResponse.__call__(response, scope, receive, send), 10)
+    await asyncio.wait_for(response._serve(scope, receive, send, None, None), 10)
     bodies = [body for body in sent if body]
     first_ping = next(i for i, body in enumerate(bodies) if body.startswith(b": ping"))
     snapshot_at = next(i for i, body in enumerate(bodies) if b"event: snapshot" in body)

@@ -299,11 +299,9 @@ async def _pusher_ready_after_the_first_frame(gateway: Gateway) -> None:
     entries = [await gateway.backend.append_event(REF, e) for e in run_events("r1", 2)]
     pusher = sse._Pusher()
     cycle = Cycle()
-    response = sse._GatewayEventSource(iter(()), send_timeout=5)
-    response._server_send, response._flow, response.pusher = cycle.send, cycle.flow, pusher
-    ping: Message = {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
-    await response._send_with_timeout(cycle.send, ping)
-    assert not pusher.ready
+    pusher.server_send, pusher.flow = cycle.send, cycle.flow
+    await sse._Sender(cycle.send, cycle.flow, 5)(b": ping\n\n")  # a heartbeat, sent first
+    assert cycle.sent == [b": ping\n\n"] and not pusher.ready
     frames = sse._frames(gateway, REF, Follow(since=entries[0].cursor, until_idle=True), pusher)
     first = await frames.__anext__()
     assert isinstance(first, bytes)
