@@ -18,17 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "providers", "app")
 COMPAT = ("app/compat/", "providers/compat/")
 
-HTTP = "http-privates (issue 50, item 1)"
 TRANSPORT = "transport-privates (issue 50, item 1)"
 
 # (file, private name, helper of issue 50 removing it)
 KNOWN: frozenset[tuple[str, str, str]] = frozenset({
-    ("app/api/http.py", "_body", HTTP),
-    ("app/streams/sse.py", "_listen_for_disconnect", HTTP),
-    ("app/streams/sse.py", "_listen_for_exit_signal_with_grace", HTTP),
-    ("app/streams/sse.py", "_ping", HTTP),
-    ("app/streams/sse.py", "_send_with_timeout", HTTP),
-    ("app/streams/sse.py", "_stream_response", HTTP),
     ("providers/transports/http11_body.py", "_bytes_in_chunk", TRANSPORT),
     ("providers/transports/http11_body.py", "_bytes_to_discard", TRANSPORT),
     ("providers/transports/http11_body.py", "_closed", TRANSPORT),
