@@ -62,9 +62,9 @@ SWEEP_SECONDS = 0.5
 @dataclass(frozen=True)
 class HttpcoreInternals:
     lock: Any  # a class (Any: its private attributes are read)
-    pool_stream: type
+    pool_stream: Any  # a class (Any: its private attributes are read)
     http11_stream: Any  # a class (Any: its private attributes are read)
-    http11_connection: type
+    http11_connection: Any  # a class (Any: its private attributes are read)
 
 
 def _check(problems: list[str]) -> HttpcoreInternals | None:

@@ -25,7 +25,7 @@ __all__ = ["HTTPX", "HttpxInternals", "httpcore_pool", "httpcore_stream"]
 @dataclass(frozen=True)
 class HttpxInternals:
     bound_stream: Any  # a class (Any: its private attributes are read)
-    response_stream: type
+    response_stream: Any  # a class (Any: its private attributes are read)
 
 
 def _check(problems: list[str]) -> HttpxInternals | None:
@@ -57,10 +57,9 @@ def httpcore_stream(response: httpx.Response) -> Any:
     if type(bound) is not internals.bound_stream:
         return None
     outer: Any = bound._stream
-    if outer.__class__ is not internals.response_stream:
+    if type(outer) is not internals.response_stream:
         return None
-    inner: Any = outer._httpcore_stream
-    return inner
+    return outer._httpcore_stream
 
 
 def httpcore_pool(transport: httpx.AsyncHTTPTransport) -> Any:
