@@ -1,0 +1,73 @@
+"""A/B of the compat modules' fast paths: one bench, run in alternating rounds with
+``[gateway] fast_paths`` on and off (``AGENT_GATEWAY_GATEWAY__FAST_PATHS=false``) in this tree,
+and optionally with the tree of another checkout (``--base``, fast paths as that tree has them).
+
+Each round runs the bench once per variant, in a rotating order; the bench's ``SUMMARY`` line
+is kept, and the table shows, per variant, the median over the rounds of each number of that
+line (in the line's order).
+
+Usage: ``.venv/bin/python bench/fast_paths_ab.py [--rounds 5] [--base /path/to/tree]
+throughput_bench.py --chunks 5000 --rounds 1``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def run(tree: Path, bench: list[str], fast_paths: bool) -> str:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if not fast_paths:
+        env["AGENT_GATEWAY_GATEWAY__FAST_PATHS"] = "false"
+    else:
+        env.pop("AGENT_GATEWAY_GATEWAY__FAST_PATHS", None)
+    done = subprocess.run(
+        [sys.executable, str(tree / "bench" / bench[0]), *bench[1:]],
+        env=env,
+        cwd=str(tree),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("SUMMARY")]
+    if not lines:
+        raise RuntimeError(f"{bench[0]} printed no SUMMARY:\n{done.stdout}\n{done.stderr}")
+    return lines[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--base", type=Path, default=None, help="another tree (fast paths on)")
+    parser.add_argument("bench", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    variants: list[tuple[str, Path, bool]] = [("on", ROOT, True), ("off", ROOT, False)]
+    if args.base is not None:
+        variants.insert(0, ("base", args.base.resolve(), True))
+    lines: dict[str, list[str]] = {name: [] for name, _, _ in variants}
+    for round_ in range(args.rounds):
+        shift = round_ % len(variants)
+        for name, tree, fast in variants[shift:] + variants[:shift]:
+            line = run(tree, args.bench, fast)
+            lines[name].append(line)
+            print(f"round {round_ + 1} {name}: {line}", flush=True)
+    print(f"\n{' '.join(args.bench)}: medians over {args.rounds} rounds")
+    for name, _, _ in variants:
+        numbers = [[float(n) for n in NUMBER.findall(line)] for line in lines[name]]
+        width = min(len(row) for row in numbers)
+        medians = [statistics.median(row[i] for row in numbers) for i in range(width)]
+        print(f"{name:>5}: " + " ".join(f"{m:g}" for m in medians))
+    print(f"(the numbers of: {lines[variants[0][0]][0]})")
+
+
+if __name__ == "__main__":
+    main()
