@@ -21,6 +21,7 @@ import pytest
 from providers.compat.h11_fast import H11
 from providers.compat.httpcore_fast import HTTPCORE
 from providers.compat.httpx_fast import HTTPX
+from providers.compat.probe import FastPath
 from tests.app.gateway_server import StartGateway, make_settings
 from tests.app.helpers import wait_state
 from tests.providers.mock_upstreams import (
@@ -231,7 +232,7 @@ async def test_without_an_internal_the_gateway_serves_runs_on_the_public_path(
     warnings = [r.getMessage() for r in caplog.records if r.name == "providers.compat"]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith(f"{package}'s internals differ") and removed in warnings[0]
-    fast = {"httpx": HTTPX, "httpcore": HTTPCORE, "h11": H11}
+    fast: dict[str, FastPath[Any]] = {"httpx": HTTPX, "httpcore": HTTPCORE, "h11": H11}
     assert fast[package].internals() is None
     assert all(path.internals() is not None for name, path in fast.items() if name != package)
 
