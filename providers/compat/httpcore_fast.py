@@ -20,7 +20,8 @@ and httpx's own pool and body stream):
 - ``httpcore.AsyncConnectionPool._assign_requests_to_connections(self)`` (overridden), and the
   ``_connections``, ``_requests``, ``_max_connections``, ``_max_keepalive_connections``,
   ``_network_backend`` its ``__init__`` sets;
-- ``httpcore._async.connection_pool.AsyncPoolRequest``'s ``is_queued``, ``assign_to_connection``;
+- ``httpcore._async.connection_pool.AsyncPoolRequest``'s ``is_queued(self)``,
+  ``assign_to_connection(self, connection)``;
 - ``httpcore._async.connection.AsyncHTTPConnection``: ``_connection``, ``_request_lock``;
 - ``httpcore._async.http11.AsyncHTTP11Connection``: ``_state_lock``, ``_h11_state``,
   ``_network_stream``;
@@ -85,8 +86,13 @@ def _check(problems: list[str]) -> HttpcoreInternals | None:
     )
     request = module_member("httpcore._async.connection_pool", "AsyncPoolRequest", problems)
     if request is not None:
-        member(request, "is_queued", problems)
-        member(request, "assign_to_connection", problems)
+        for name, expected in (
+            ("is_queued", ["self"]),
+            ("assign_to_connection", ["self", "connection"]),
+        ):
+            method = member(request, name, problems)
+            if method is not None:
+                parameters(method, expected, problems)
     connection = module_member("httpcore._async.connection", "AsyncHTTPConnection", problems)
     if connection is not None:
         assigns(connection.__init__, ["_connection", "_request_lock"], problems)
