@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def run(tree: Path, bench: list[str], fast_paths: bool) -> str:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def run(tree: Path, bench: list[str], fast_paths: bool, path: str = "") -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), path) if p)}
     if not fast_paths:
         env["AGENT_GATEWAY_GATEWAY__FAST_PATHS"] = "false"
     else:
@@ -48,20 +48,31 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--base", type=Path, default=None, help="another tree (fast paths on)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="one more variant, fast paths on, DIR added to PYTHONPATH (e.g. a sitecustomize.py "
+        "that forces one package's check to fail)",
+    )
     parser.add_argument("bench", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    variants: list[tuple[str, Path, bool]] = [("on", ROOT, True), ("off", ROOT, False)]
+    variants: list[tuple[str, Path, bool, str]] = [("on", ROOT, True, ""), ("off", ROOT, False, "")]
     if args.base is not None:
-        variants.insert(0, ("base", args.base.resolve(), True))
-    lines: dict[str, list[str]] = {name: [] for name, _, _ in variants}
+        variants.insert(0, ("base", args.base.resolve(), True, ""))
+    for variant in args.variant:
+        name, _, path = variant.partition("=")
+        variants.append((name, ROOT, True, path))
+    lines: dict[str, list[str]] = {name: [] for name, _, _, _ in variants}
     for round_ in range(args.rounds):
         shift = round_ % len(variants)
-        for name, tree, fast in variants[shift:] + variants[:shift]:
-            line = run(tree, args.bench, fast)
+        for name, tree, fast, path in variants[shift:] + variants[:shift]:
+            line = run(tree, args.bench, fast, path)
             lines[name].append(line)
             print(f"round {round_ + 1} {name}: {line}", flush=True)
     print(f"\n{' '.join(args.bench)}: medians over {args.rounds} rounds")
-    for name, _, _ in variants:
+    for name, _, _, _ in variants:
         numbers = [[float(n) for n in NUMBER.findall(line)] for line in lines[name]]
         width = min(len(row) for row in numbers)
         medians = [statistics.median(row[i] for row in numbers) for i in range(width)]
