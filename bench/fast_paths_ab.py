@@ -3,8 +3,8 @@
 and optionally with the tree of another checkout (``--base``, fast paths as that tree has them).
 
 Each round runs the bench once per variant, in a rotating order; the bench's ``SUMMARY`` line
-is kept, and the table shows, per variant, the median over the rounds of each number of that
-line (in the line's order).
+(or the last line matching ``--line REGEX``) is kept, and the table shows, per variant, the
+median over the rounds of each number of that line (in the line's order).
 
 Usage: ``.venv/bin/python bench/fast_paths_ab.py [--rounds 5] [--base /path/to/tree]
 throughput_bench.py --chunks 5000 --rounds 1``
@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def run(tree: Path, bench: list[str], fast_paths: bool, path: str = "") -> str:
+def run(
+    tree: Path, bench: list[str], fast_paths: bool, path: str = "", line: str = "^SUMMARY"
+) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), path) if p)}
     if not fast_paths:
         env["AGENT_GATEWAY_GATEWAY__FAST_PATHS"] = "false"
@@ -38,9 +40,11 @@ def run(tree: Path, bench: list[str], fast_paths: bool, path: str = "") -> str:
         text=True,
         check=False,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("SUMMARY")]
+    lines = [out for out in done.stdout.splitlines() if re.search(line, out)]
     if not lines:
-        raise RuntimeError(f"{bench[0]} printed no SUMMARY:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(
+            f"{bench[0]} printed no line matching {line!r}:\n{done.stdout}\n{done.stderr}"
+        )
     return lines[-1]
 
 
@@ -56,6 +60,9 @@ def main() -> None:
         help="one more variant, fast paths on, DIR added to PYTHONPATH (e.g. a sitecustomize.py "
         "that forces one package's check to fail)",
     )
+    parser.add_argument(
+        "--line", default="^SUMMARY", help="the line of the bench's output kept (a regex)"
+    )
     parser.add_argument("bench", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     variants: list[tuple[str, Path, bool, str]] = [("on", ROOT, True, ""), ("off", ROOT, False, "")]
@@ -68,7 +75,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         shift = round_ % len(variants)
         for name, tree, fast, path in variants[shift:] + variants[:shift]:
-            line = run(tree, args.bench, fast, path)
+            line = run(tree, args.bench, fast, path, args.line)
             lines[name].append(line)
             print(f"round {round_ + 1} {name}: {line}", flush=True)
     print(f"\n{' '.join(args.bench)}: medians over {args.rounds} rounds")
