@@ -37,12 +37,13 @@ def _check(problems: list[str]) -> type | None:
 H11: FastPath[type | None] = FastPath("h11", _check)
 
 
-def between_chunks(state: h11.Connection) -> bool:
+def between_chunks(state: h11.Connection, chunked_reader: type | None) -> bool:
     """h11 reads a chunked body and stands between two chunks with nothing buffered: the next
-    bytes start a chunk. Read defensively: any other shape is "no" (h11 reads on its own)."""
-    chunked = H11.internals()
+    bytes start a chunk. ``chunked_reader`` is ``H11.internals()``, read once per body by the
+    caller (this runs once per network read). Read defensively: any other shape is "no" (h11
+    reads on its own)."""
     reader: Any = getattr(state, "_reader", None)
-    if chunked is None or type(reader) is not chunked:
+    if chunked_reader is None or type(reader) is not chunked_reader:
         return False
     buffered: Any = getattr(state, "_receive_buffer", None)
     return (

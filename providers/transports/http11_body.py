@@ -32,7 +32,7 @@ import h11
 import httpcore
 import httpx
 
-from providers.compat.h11_fast import between_chunks
+from providers.compat.h11_fast import H11, between_chunks
 from providers.compat.httpcore_fast import http11_parts
 from providers.compat.httpx_fast import httpcore_stream
 from providers.transports.chunked import ChunkDecoder, ChunkFramingError
@@ -96,6 +96,7 @@ async def _body(
     the bytes go as soon as h11 needs data again, and bytes read before an error come first.
     """
     next_event = state.next_event
+    chunked_reader = H11.internals()
     need_data = h11.NEED_DATA
     data = h11.Data
     pieces: list[Any] = []
@@ -114,7 +115,7 @@ async def _body(
                 yield bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
                 pieces.clear()
             if event is need_data:
-                if not between_chunks(state):
+                if not between_chunks(state, chunked_reader):
                     # The headers are in (h11 is past SEND_RESPONSE): an early EOF is fed to
                     # h11, whose body reader raises RemoteProtocolError for an incomplete body.
                     state.receive_data(await network.read(size, timeout=read_timeout))
