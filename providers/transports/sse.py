@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from httpx_sse import ServerSentEvent
 
+from providers.compat import check_fast_paths
 from providers.errors import (
     UpstreamEventTooLarge,
     UpstreamHTTPError,
@@ -218,6 +219,8 @@ class SSETransport:
         #: Read through the compat modules' fast paths (``providers/compat/``), each where its
         #: internals match; False: httpx's public API only (``[gateway] fast_paths``).
         self.fast_paths = fast_paths
+        if fast_paths:
+            check_fast_paths()
         self._client = client
         self._owns_client = client is None
 
