@@ -84,7 +84,9 @@ def create_provider(name: str, kind: str, config: Mapping[str, Any]) -> AgentPro
 
 
 def network_transport(config: Mapping[str, Any], default: str = "sse") -> AgentTransport:
-    """The SSE or WebSocket transport a provider's config asks for (``transport`` key)."""
+    """The SSE or WebSocket transport a provider's config asks for (``transport`` key);
+    ``fast_paths`` (the gateway's ``[gateway] fast_paths``, default true) False forces the SSE
+    transport's public httpx paths."""
     kind = str(config.get("transport") or default)
     timeout = _seconds(config.get("timeout_seconds"), 60.0)
     idle = _seconds(config.get("idle_timeout_seconds"), 60.0)
@@ -94,6 +96,7 @@ def network_transport(config: Mapping[str, Any], default: str = "sse") -> AgentT
             timeout_seconds=timeout,
             idle_timeout_seconds=idle,
             max_connections=DEFAULT_MAX_CONNECTIONS if pool is None else int(pool),
+            fast_paths=bool(config.get("fast_paths", True)),
         )
     if kind == "websocket":
         return WebSocketTransport(timeout_seconds=timeout, idle_timeout_seconds=idle)

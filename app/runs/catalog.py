@@ -28,9 +28,9 @@ class ProviderCatalog:
             if name in overrides:
                 self._providers[name] = overrides[name]
             else:
-                self._providers[name] = create_provider(
-                    name, config.kind, config.to_provider_config()
-                )
+                provider_config = config.to_provider_config()
+                provider_config["fast_paths"] = settings.gateway.fast_paths  # to its transport
+                self._providers[name] = create_provider(name, config.kind, provider_config)
         for name, provider in overrides.items():
             if name not in self._providers:
                 self._kinds[name] = "custom"

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from httpx_sse import ServerSentEvent
 
+from providers.compat import check_fast_paths
 from providers.errors import (
     UpstreamEventTooLarge,
     UpstreamHTTPError,
@@ -207,6 +208,7 @@ class SSETransport:
         client: httpx.AsyncClient | None = None,
         strict_fields: bool = False,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        fast_paths: bool = True,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1.")
@@ -214,6 +216,11 @@ class SSETransport:
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
         self.max_connections = max_connections
+        #: Read through the compat modules' fast paths (``providers/compat/``), each where its
+        #: internals match; False: httpx's public API only (``[gateway] fast_paths``).
+        self.fast_paths = fast_paths
+        if fast_paths:
+            check_fast_paths()
         self._client = client
         self._owns_client = client is None
 
@@ -235,9 +242,8 @@ class SSETransport:
                 max_keepalive_connections=self.max_connections,
                 keepalive_expiry=4.0,
             )
-            self._client = CookielessClient(
-                timeout=timeout, limits=limits, transport=pooled_transport(limits)
-            )
+            transport = pooled_transport(limits, fast_paths=self.fast_paths)
+            self._client = CookielessClient(timeout=timeout, limits=limits, transport=transport)
         return self._client
 
     async def aclose(self) -> None:
@@ -283,7 +289,7 @@ class SSETransport:
                     decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")
                     decode = decoder(errors="replace").decode
                     try:
-                        async for raw in body_reads(response):
+                        async for raw in body_reads(response, fast_paths=self.fast_paths):
                             text = decode(raw)
                             if text:
                                 stopper.check()
@@ -321,16 +327,15 @@ class SSETransport:
 _CLOSED_STREAM = httpx.ByteStream(b"")
 
 
-def body_reads(response: httpx.Response) -> AsyncIterator[bytes]:
+def body_reads(response: httpx.Response, *, fast_paths: bool = True) -> AsyncIterator[bytes]:
     """The body of a streamed response, one item per read.
 
     Not content-encoded (an event stream nearly never is), ``aiter_bytes()`` and the
-    ``aiter_raw()`` under it only pass each read on: iterate the response's own byte stream,
-    two async-generator layers fewer for every suspended read to unwind and resume (one
-    delta per read: ~8 % of the runner's CPU per event, ``bench/hotpath_bench.py --burst 1``).
-    Over httpcore's HTTP/1.1 connection, the body is read off the connection itself
-    (:func:`~providers.transports.http11_body.direct_body`: five layers fewer again, ~14 % of
-    the gateway's CPU per event at one delta per read). Otherwise ``aiter_bytes()`` decodes.
+    ``aiter_raw()`` under it only pass each read on: iterate the response's own byte stream
+    (public: ``response.stream``), two async-generator layers fewer for every suspended read to
+    unwind and resume. With ``fast_paths``, over httpcore's HTTP/1.1 connection, the body is
+    read off the connection itself (:func:`~providers.transports.http11_body.direct_body`:
+    five layers fewer again). Otherwise ``aiter_bytes()`` decodes.
     """
     stream = response.stream
     if (
@@ -341,7 +346,7 @@ def body_reads(response: httpx.Response) -> AsyncIterator[bytes]:
     ):
         return response.aiter_bytes()
     response.is_stream_consumed = True  # as aiter_raw() marks it
-    direct = direct_body(response)
+    direct = direct_body(response) if fast_paths else None
     return stream.__aiter__() if direct is None else direct
 
 

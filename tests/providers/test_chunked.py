@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from providers.transports import http11_body
+from providers.compat.h11_fast import H11
 from providers.transports.chunked import INCOMPLETE, ChunkDecoder, ChunkFramingError
 from providers.transports.http11_body import _body
 from tests.providers.test_http11_body import HEAD, chunk
@@ -233,7 +234,9 @@ def test_a_framing_error_inside_a_chunk_keeps_the_bytes_before_it() -> None:
 
 def test_an_h11_of_another_shape_reads_the_body_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without h11's ChunkedReader as this h11 has it, the fast path stays off: same bytes."""
-    monkeypatch.setattr(http11_body, "_CHUNKED_READER", None)
+    monkeypatch.setitem(sys.modules, "h11._readers", None)  # an h11 without that module
+    monkeypatch.setattr(H11, "_checked", False)  # checked again (restored after the test)
+    monkeypatch.setattr(H11, "_internals", None)
     state = response_state()
     calls = h11_events_counted(state)
     reads = plain_chunks_in_reads(20)

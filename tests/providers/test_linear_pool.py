@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import httpcore
 
+from providers.compat.httpcore_fast import SWEEP_SECONDS, LinearConnectionPool
 from providers.signal import AbortSignal
 from providers.transports import SSETransport, UpstreamRequest
-from providers.transports.pool import SWEEP_SECONDS, LinearConnectionPool
 from tests.loopback_asgi import serve_asgi
 
 
@@ -112,7 +112,7 @@ def test_between_sweeps_the_pool_is_not_walked_and_a_closed_connection_is_not_ha
     monkeypatch: Any,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr("providers.transports.pool.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("providers.compat.httpcore_fast.time.monotonic", lambda: now[0])
     n = 300
     pool = _pool(LinearConnectionPool, ["idle"] * n, keep=n)
     pool._next_sweep = 0.0
