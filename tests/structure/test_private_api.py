@@ -18,39 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "providers", "app")
 COMPAT = ("app/compat/", "providers/compat/")
 
-TRANSPORT = "transport-privates (issue 50, item 1)"
 
-# (file, private name, helper of issue 50 removing it)
-KNOWN: frozenset[tuple[str, str, str]] = frozenset({
-    ("providers/transports/http11_body.py", "_bytes_in_chunk", TRANSPORT),
-    ("providers/transports/http11_body.py", "_bytes_to_discard", TRANSPORT),
-    ("providers/transports/http11_body.py", "_closed", TRANSPORT),
-    ("providers/transports/http11_body.py", "_connection", TRANSPORT),
-    ("providers/transports/http11_body.py", "_h11_state", TRANSPORT),
-    ("providers/transports/http11_body.py", "_httpcore_stream", TRANSPORT),
-    ("providers/transports/http11_body.py", "_network_stream", TRANSPORT),
-    ("providers/transports/http11_body.py", "_reader", TRANSPORT),
-    ("providers/transports/http11_body.py", "_reading_trailer", TRANSPORT),
-    ("providers/transports/http11_body.py", "_receive_buffer", TRANSPORT),
-    ("providers/transports/http11_body.py", "_request", TRANSPORT),
-    ("providers/transports/http11_body.py", "_stream", TRANSPORT),
-    ("providers/transports/http11_body.py", "h11._readers", TRANSPORT),
-    (
-        "providers/transports/http11_body.py", "httpcore._async.connection_pool", TRANSPORT
-    ),
-    ("providers/transports/http11_body.py", "httpcore._async.http11", TRANSPORT),
-    ("providers/transports/http11_body.py", "httpcore._exceptions", TRANSPORT),
-    ("providers/transports/http11_body.py", "httpx._client", TRANSPORT),
-    ("providers/transports/http11_body.py", "httpx._transports.default", TRANSPORT),
-    ("providers/transports/network.py", "_buffer", TRANSPORT),
-    ("providers/transports/pool.py", "_assign_requests_to_connections", TRANSPORT),
-    ("providers/transports/pool.py", "_connection", TRANSPORT),
-    ("providers/transports/pool.py", "_network_backend", TRANSPORT),
-    ("providers/transports/pool.py", "_pool", TRANSPORT),
-    ("providers/transports/pool.py", "_request_lock", TRANSPORT),
-    ("providers/transports/pool.py", "_state_lock", TRANSPORT),
-    ("providers/transports/pool.py", "httpcore._synchronization", TRANSPORT),
-})
+# (file, private name, what is still to be done about it)
+KNOWN: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        (
+            "providers/transports/network.py",
+            "_buffer",
+            "asyncio's StreamReader buffer (stdlib): to move into providers/compat (issue 50)",
+        ),
+    }
+)
 
 
 def compare(uses: list[Use], known: frozenset[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
