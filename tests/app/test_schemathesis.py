@@ -45,7 +45,7 @@ schema = schemathesis.openapi.from_path(OPENAPI).exclude(path_regex=STREAMING)
 
 
 TOKEN = "schema-token"
-PUBLIC = ("/healthz", "/")  # liveness and the demo page (no data)
+PUBLIC = ("/healthz", "/readyz", "/")  # liveness, readiness and the demo page (no data)
 AUTH: dict[str, dict[str, object]] = {
     "none": {"mode": "none"},
     "bearer": {"mode": "bearer", "tokens": {TOKEN: "alice"}},
