@@ -1,9 +1,17 @@
-"""A backend that passes every operation to another: the base of a wrapper that adds to a few
-operations (the archive's hooks) and leaves the rest as they are."""
+"""A backend that passes every operation to another: the base of every wrapper.
+
+The one place, besides the interface (:mod:`app.backends.roles`) and the two backends, that
+names each operation: a wrapper subclasses :class:`DelegatingBackend` and writes only the
+operations it adds to (the archive's hooks), or makes its own from
+:func:`backend_operations` once, when its module loads (the metrics' timing of every
+coroutine operation).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from app.backends.base import Backend
@@ -27,7 +35,19 @@ from app.backends.webhook_outbox import LostRunListener, WebhookOutbox
 from core.runs import AbortReason
 from providers.contract import Command
 
-__all__ = ["DelegatingBackend"]
+__all__ = ["DelegatingBackend", "backend_operations"]
+
+
+@cache
+def backend_operations() -> Mapping[str, bool]:
+    """Every operation of :class:`Backend` by name (those of its roles), True for a coroutine."""
+    return {
+        name: inspect.iscoroutinefunction(value)
+        for role in reversed(Backend.__mro__)
+        if role.__module__ == "app.backends.roles"
+        for name, value in vars(role).items()
+        if callable(value) and not name.startswith("_")
+    }
 
 
 class DelegatingBackend(Backend):

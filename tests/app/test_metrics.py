@@ -17,6 +17,7 @@ from app.backends import (
     ReadResult,
     ReadSink,
 )
+from app.backends.delegating import backend_operations
 from app.observability.metrics import OTHER, GatewayMetrics, InstrumentedBackend, LabelGuard
 from app.observability.metrics.run_tracker import COUNT_EVERY_EVENTS, COUNT_EVERY_SECONDS
 from app.runs.start_slots import StartSlots
@@ -401,6 +402,48 @@ def test_instrumented_backend_delegates_every_backend_operation() -> None:
     }
     assert len(operations) >= 26
     assert operations <= set(vars(InstrumentedBackend)), operations - set(vars(InstrumentedBackend))
+
+
+async def test_instrumented_backend_times_and_passes_on_every_operation_it_makes() -> None:
+    """The operations made from the interface (all but the hot ones written out) reach the
+    inner backend with their arguments, answer its result and count a call and an error
+    under their own name (the long polls only their errors)."""
+    hand_written = {"append_batch", "append_soon", "read"}
+    made = {op: c for op, c in backend_operations().items() if op not in hand_written}
+    assert len(made) >= 30
+    calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+    inner = MemoryBackend()
+    for op, coroutine in made.items():
+
+        def sync(*args: object, _op: str = op, **kwargs: object) -> object:
+            calls.append((_op, args, kwargs))
+            if kwargs.get("fail"):
+                raise ConnectionError(_op)
+            return f"{_op}!"
+
+        async def coro(*args: object, _sync: Any = sync, **kwargs: object) -> object:
+            return _sync(*args, **kwargs)
+
+        setattr(inner, op, coro if coroutine else sync)
+    m = GatewayMetrics()
+    backend = InstrumentedBackend(inner, m, "memory")
+    for op, coroutine in made.items():
+        for fail in (False, True):
+            calls.clear()
+            call = getattr(backend, op)
+            try:
+                result = await call(op, fail=fail) if coroutine else call(op, fail=fail)
+            except ConnectionError as exc:
+                assert fail and str(exc) == op
+            else:
+                assert not fail and result == f"{op}!"
+            assert calls == [(op, (op,), {"fail": fail})]
+        labels = {"backend": "memory", "op": op}
+        timed = coroutine and op != "wait_run_slot"  # a wait: only its errors count
+        count = sample(m, "agent_gateway_backend_op_seconds_count", **labels)
+        assert count == (2 if timed else None), op
+        errors = sample(m, "agent_gateway_backend_op_errors_total", **labels)
+        assert errors == (1 if coroutine else None), op
 
 
 async def test_instrumented_backend_names_the_backend_from_its_class() -> None:
