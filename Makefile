@@ -38,7 +38,10 @@ layers: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 pytest: $(STAMP)
-	$(VENV)/bin/pytest -p no:cacheprovider
+	$(VENV)/bin/pytest -p no:cacheprovider --ignore=tests/deploy
+	# The image, compose and rolling-restart tests alone, one at a time: containers under a
+	# loaded pair of cores would time their drains against the rest of the suite.
+	$(VENV)/bin/pytest -p no:cacheprovider -n 0 tests/deploy
 	# Once more with every public path (issue 50): the gateway, backend-contract and concurrency tests.
 	AGENT_GATEWAY_GATEWAY__FAST_PATHS=false $(VENV)/bin/pytest -p no:cacheprovider \
 		tests/app/test_every_backend.py tests/app/test_redis_backend.py tests/app/test_memory_backend.py \

@@ -9,9 +9,11 @@ conversation through reconnects and checks it sees every event once.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import os
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -77,8 +79,11 @@ def script(path: str, env: dict[str, str] | None = None, timeout: float = 1200) 
 
 def rebuild_image() -> str:
     """``make image`` (scripts/image.sh): the engine's layer cache makes it quick when nothing
-    changed."""
-    return script("image.sh", {"IMAGE": IMAGE})
+    changed. One build at a time across test processes (a lock file): two builds of one tag at
+    once would each make layers of their own and leave the tag on whichever ended last."""
+    with (Path(tempfile.gettempdir()) / "agent-gateway-image-build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return script("image.sh", {"IMAGE": IMAGE})
 
 
 @functools.cache

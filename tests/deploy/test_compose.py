@@ -246,7 +246,7 @@ async def test_rolling_restart_through_nginx_completes_every_run(stack: Stack) -
         for view in conversation.runs.values():
             assert view.end is not None, f"{conversation.key} {view.run_id} has no end"
             ends[view.end["type"]] = ends.get(view.end["type"], 0) + 1
-            assert view.end["type"] == "run.completed", view.end
+            assert view.end["type"] == "run.completed", (view.end, view.end.get("payload"))
         conversation.assert_each_event_once()
         # Every run in the conversation's log is one the client started: a retried POST
         # made no second run.

@@ -192,9 +192,11 @@ async def test_sigterm_drains_runs_then_the_container_exits_0(image: str) -> Non
             start = time.monotonic()
             engine().run("kill", "--signal", "TERM", container.name)
             refused = None
+            probes = 0
             while refused is None and time.monotonic() - start < 10:
+                probes += 1  # a conversation each: a second run of one would be a 409
                 res = await client.post(
-                    "/v1/conversations/other/runs", json={"input": {"prompt": "hi"}}
+                    f"/v1/conversations/other-{probes}/runs", json={"input": {"prompt": "hi"}}
                 )
                 if res.status_code == 503:
                     refused = res
