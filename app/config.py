@@ -56,8 +56,9 @@ class GatewaySection(_Section):
     #: Run starts in progress at once per instance (accepted, ``run.started`` not yet logged);
     #: more wait their turn (see ``app/runs/start_slots.py``).
     max_concurrent_starts: int = Field(16, ge=1)
-    #: Use the compat modules' fast paths (``app/compat/``), each only where its start-up check
-    #: finds the dependency's internals it needs; False forces every public path.
+    #: Use the compat modules' fast paths (``app/compat/``, ``providers/compat/``), each only
+    #: where its start-up check finds the dependency's internals it needs; False forces every
+    #: public path.
     fast_paths: bool = True
     heartbeat_seconds: float = Field(15, gt=0)
     send_timeout_seconds: float = Field(30, gt=0)
