@@ -34,10 +34,10 @@ import yaml  # type: ignore[import-untyped]
 from app.config import Settings, load_settings
 from tests.app.cluster_support import Subscriber, cluster, is_terminal
 from tests.app.redis_support import SHARED_REDIS_URL
+from tests.deploy.container_support import DOCKERFILE, dockerfile_instructions
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "docker-compose.yml"
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 EXAMPLE_CONFIG = ROOT / "deploy" / "config.example.toml"
@@ -47,17 +47,6 @@ GATEWAYS = ("gateway-1", "gateway-2")
 def compose() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
     return data
-
-
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
 
 
 # --- Dockerfile -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from httpx_sse import aconnect_sse
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
 IMAGE = "agent-gateway:latest"
 TERMINALS = {"run.completed", "run.failed", "run.cancelled"}
 
@@ -53,6 +54,18 @@ class Engine:
 
 
 @functools.cache
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions, continuation lines joined: (WORD, the rest)."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
 def engine() -> Engine:
     script = "source scripts/container-engine.sh && container_engine && env -0"
     done = subprocess.run(

@@ -38,11 +38,11 @@ from app.config import Settings, load_settings
 from app.factory import create_app
 from app.gateway import SOCKET_CLOSE_SECONDS
 from tests.app.redis_support import private_redis
+from tests.deploy.container_support import dockerfile_instructions
 from tests.support import eventually_async, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-DOCKERFILE = ROOT / "Dockerfile"
 #: The oldest Kubernetes the manifests are for (the preStop ``sleep`` action is on by default
 #: from 1.30) and a recent one; both schema sets ship in the kubernetes-validate package.
 KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
@@ -113,17 +113,6 @@ def resolved_env(kind: str) -> dict[str, str]:
         assert ref["key"] in data, f"{kind} {name}: key {ref['key']!r} is not in {owner}"
         env[name] = data[ref["key"]]
     return env
-
-
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
 
 
 def container_argv(kind: str) -> list[str]:
