@@ -37,7 +37,9 @@ from app.gateway import Gateway
 __all__ = ["BACKEND_GUARD", "BackendGuard", "OffBackends", "backend_of", "install"]
 
 #: Modules of the test tree that serve a gateway in a process of their own (``python -m ...``).
-GATEWAY_SERVER_MODULES = frozenset({"tests.app.redis_support", "tests.app.archive.redis_serve"})
+GATEWAY_SERVER_MODULES = frozenset(
+    {"tests.app.support.redis_support", "tests.app.archive.redis_serve"}
+)
 #: The gateway's CLI: its ``serve`` command runs a gateway.
 CLI_MODULES = frozenset({"app.cli", "app.cli.main"})
 CLI_EXECUTABLE = "agent-gateway"

@@ -19,14 +19,14 @@ from app.backends import Backend
 from app.config import Settings
 from providers.contract import AgentProvider
 from tests import backend_guard
-from tests.app.gateway_server import (
+from tests.app.support.gateway_server import (
     RunningGateway,
     StartGateway,
     make_settings,
     redis_backend_for,
     start_server,
 )
-from tests.app.redis_support import shared_redis, unique_prefix
+from tests.app.support.redis_support import shared_redis, unique_prefix
 from tests.backend_guard import BACKEND_GUARD
 
 BACKENDS = ("memory", "redis")

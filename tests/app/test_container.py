@@ -32,8 +32,8 @@ import websockets
 import yaml  # type: ignore[import-untyped]
 
 from app.config import Settings, load_settings
-from tests.app.cluster_support import Subscriber, cluster, is_terminal
-from tests.app.redis_support import SHARED_REDIS_URL
+from tests.app.support.cluster_support import Subscriber, cluster, is_terminal
+from tests.app.support.redis_support import SHARED_REDIS_URL
 from tests.deploy.container_support import DOCKERFILE, dockerfile_instructions
 from tests.support import free_port
 

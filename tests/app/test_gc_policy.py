@@ -16,7 +16,7 @@ import app.server
 from app.factory import create_app
 from app.gc_policy import OLD_THRESHOLD, YOUNG_THRESHOLD, tune_for_serving
 from app.server import GatewayServer
-from tests.app.gateway_server import make_settings
+from tests.app.support.gateway_server import make_settings
 
 
 @pytest.fixture

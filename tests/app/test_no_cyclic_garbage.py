@@ -21,9 +21,9 @@ from redis.exceptions import ResponseError
 
 from app.streams.sse import _GatewayEventSource
 from providers.transports._abort import Stopper
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import collect_sse, metric, start_run, terminal, wait_state
-from tests.app.security_upstream import serve_upstream
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import collect_sse, metric, start_run, terminal, wait_state
+from tests.app.support.security_upstream import serve_upstream
 from tests.support import eventually_async
 
 SCRIPT = [

@@ -37,7 +37,7 @@ import yaml  # type: ignore[import-untyped]
 from app.config import Settings, load_settings
 from app.factory import create_app
 from app.gateway import SOCKET_CLOSE_SECONDS
-from tests.app.redis_support import private_redis
+from tests.app.support.redis_support import private_redis
 from tests.deploy.container_support import dockerfile_instructions
 from tests.support import eventually_async, free_port
 

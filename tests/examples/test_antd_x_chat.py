@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Locator, Page, expect
 
-from tests.app.gateway_server import RunningGateway, launch, make_settings
+from tests.app.support.gateway_server import RunningGateway, launch, make_settings
 from tests.clients.js.support import FIXTURE_TEXT, write_fixed_reply
 from tests.examples.support import BROWSER_E2E_ON_MEMORY, ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from tests.app.gateway_server import launch, make_settings
+from tests.app.support.gateway_server import launch, make_settings
 from tests.examples.support import BROWSER_E2E_ON_MEMORY, ROOT
 
 pytestmark = [

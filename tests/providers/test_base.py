@@ -12,7 +12,7 @@ from providers.contract import AgentEvent, Command
 from providers.errors import UpstreamDropped, UpstreamMalformedChunk
 from providers.testing import assert_provider_contract, make_options, run_collect
 from providers.transports import IterableTransport
-from tests.providers.support import ScriptProvider
+from tests.providers.support.helpers import ScriptProvider
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

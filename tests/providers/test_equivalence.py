@@ -20,7 +20,7 @@ from providers.history import replay_events
 from providers.openai_chat import OpenAIChatProvider
 from providers.testing import make_options, run_collect
 from providers.validator import validate_agent_provider_events
-from tests.providers.mock_upstreams import (
+from tests.providers.support.mock_upstreams import (
     Frames,
     agui_frames,
     anthropic_frames,

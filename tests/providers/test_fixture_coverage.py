@@ -1,6 +1,6 @@
 """Every recorded file of a dialect that has a provider is replayed by some test.
 
-``tests.providers.replay_cases`` lists what the replay tests replay; a fixture file of
+``tests.providers.support.replay_cases`` lists what the replay tests replay; a fixture file of
 ``openai-chat/``, ``openai-responses/``, ``anthropic/`` or ``ag-ui/`` missing from it fails this
 test (documentation files ``*.md`` aside)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.providers.replay_cases import replayed_files
-from tests.providers.replay_helpers import FIXTURES
+from tests.providers.support.replay_cases import replayed_files
+from tests.providers.support.replay_helpers import FIXTURES
 
 DIALECTS = ("openai-chat", "openai-responses", "anthropic", "ag-ui")
 

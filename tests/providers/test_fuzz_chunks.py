@@ -28,9 +28,9 @@ from providers.testing import make_options, run_collect
 from providers.transports import IterableTransport
 from providers.transports.sse import SSEParser
 from providers.validator import validate_agent_provider_events
-from tests.providers.mock_upstreams import responses_every_item_frames
-from tests.providers.replay_helpers import FIXTURES, final_state
-from tests.providers.support import OracleSSEParser
+from tests.providers.support.helpers import OracleSSEParser
+from tests.providers.support.mock_upstreams import responses_every_item_frames
+from tests.providers.support.replay_helpers import FIXTURES, final_state
 
 FUZZ = settings(
     max_examples=25,

@@ -23,8 +23,8 @@ from providers.openai_chat import OpenAIChatProvider
 from providers.openai_responses import OpenAIResponsesProvider
 from providers.recorded import load_recorded_stream
 from providers.testing import make_options, run_collect, sse_reads_transport
-from tests.providers.replay_helpers import FIXTURES
-from tests.providers.test_openai_chat_fast_path import chunks as chat_chunks
+from tests.providers.openai_chat.test_fast_path import chunks as chat_chunks
+from tests.providers.support.replay_helpers import FIXTURES
 
 #: dialect -> (fixture folder, provider class)
 DIALECTS: dict[str, tuple[str, type[ModelApiProvider[Any]]]] = {

@@ -16,8 +16,18 @@ from providers.history import derive_history, replay_events
 from providers.openai_chat import OpenAIChatProvider
 from providers.testing import make_options, run_collect
 from providers.validator import validate_agent_provider_events
-from tests.providers.mock_upstreams import agui_run, anthropic_frames, openai_frames, serve_mock
-from tests.providers.replay_helpers import assistant_texts, submit_next_tool, terminal, tool_calls
+from tests.providers.support.mock_upstreams import (
+    agui_run,
+    anthropic_frames,
+    openai_frames,
+    serve_mock,
+)
+from tests.providers.support.replay_helpers import (
+    assistant_texts,
+    submit_next_tool,
+    terminal,
+    tool_calls,
+)
 
 WEATHER_TOOL = {
     "name": "get_weather",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.providers.replay_specs import SPECS, replay
+from tests.providers.support.replay_specs import SPECS, replay
 
 CASES = [(provider, name) for provider, spec in SPECS.items() for name in sorted(spec.cases)]
 

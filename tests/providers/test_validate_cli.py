@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from app.cli.main import main
-from tests.providers.replay_helpers import FIXTURES
+from tests.providers.support.replay_helpers import FIXTURES
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

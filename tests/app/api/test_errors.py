@@ -13,9 +13,9 @@ import websockets
 from app import errors
 from app.api.errors import STATUS, ApiError, error_response
 from app.errors import GatewayError
-from tests.app.agui_client import run_input, user
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.agui_client import run_input, user
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.scripted_provider import ScriptedProvider
 
 SPEC = Path(__file__).resolve().parents[3] / "docs" / "spec" / "http-api.md"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.archive.support import Database, PostgresServer
-from tests.providers.mock_upstreams import MockUpstream, serve_mock
+from tests.providers.support.mock_upstreams import MockUpstream, serve_mock
 
 
 @pytest.fixture(scope="session")

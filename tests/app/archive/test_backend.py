@@ -6,7 +6,7 @@ from typing import Any
 
 from app.archive.backend import ArchivingBackend
 from app.backends import ConversationMeta, ConversationRef, LogItem
-from tests.app.helpers import SoonMemoryBackend
+from tests.app.support.helpers import SoonMemoryBackend
 from tests.support import eventually
 
 REF = ConversationRef("p", "c")

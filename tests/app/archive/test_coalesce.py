@@ -16,7 +16,7 @@ from app.backends import Backend, ConversationMeta, ConversationRef, LogItem
 from app.backends.memory import MemoryBackend
 from app.config import ArchiveSection
 from tests.app.archive.support import Database
-from tests.app.backend_contract import event, run_events
+from tests.app.support.backend_contract import event, run_events
 
 REF = ConversationRef("alice", "k")
 

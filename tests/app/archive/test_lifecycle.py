@@ -16,7 +16,7 @@ from tests.app.archive.support import (
     run_turn,
     wait_for,
 )
-from tests.providers.mock_upstreams import MockUpstream, openai_frames
+from tests.providers.support.mock_upstreams import MockUpstream, openai_frames
 
 pytestmark = SERVE_PROCESSES_ON_MEMORY
 

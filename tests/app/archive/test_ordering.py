@@ -30,7 +30,7 @@ from app.backends import ConversationMeta, ConversationRef, LogItem, Snapshot
 from app.backends.delegating import DelegatingBackend
 from app.backends.memory import MemoryBackend
 from tests.app.archive.support import Database
-from tests.app.backend_contract import event, run_events
+from tests.app.support.backend_contract import event, run_events
 from tests.support import eventually
 
 REF = ConversationRef("alice", "k")

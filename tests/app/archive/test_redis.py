@@ -24,9 +24,9 @@ from tests.app.archive.support import (
     wait_for,
     without_cursor,
 )
-from tests.app.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
-from tests.app.webhook_support import Receiver, serve_receiver
-from tests.providers.mock_upstreams import STALL, MockUpstream, openai_frames
+from tests.app.support.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
+from tests.app.support.webhook_support import Receiver, serve_receiver
+from tests.providers.support.mock_upstreams import STALL, MockUpstream, openai_frames
 
 pytestmark = [
     pytest.mark.slow,

@@ -18,8 +18,8 @@ from uvicorn.protocols.http import h11_impl, httptools_impl
 
 from app.compat import uvicorn_fast
 from app.factory import GatewayApp
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import (
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import (
     collect_sse,
     drained_to_eof,
     events_of,
@@ -29,7 +29,7 @@ from tests.app.helpers import (
     terminal,
     wait_metric,
 )
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.scripted_provider import ScriptedProvider
 
 KEY = "compat"
 EVENTS = f"/v1/conversations/{KEY}/events"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.clients.js.support import (
     CLIENT,
     ensure_node_modules,

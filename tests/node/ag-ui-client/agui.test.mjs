@@ -1,5 +1,5 @@
 // @ag-ui/client's HttpAgent against a real gateway (POST /v1/ag-ui/agent), in front of the
-// scripted AG-UI agent of tests/app/agui_upstream.py. Run by tests/app/test_ag_ui_endpoint_node.py
+// scripted AG-UI agent of tests/app/support/agui_upstream.py. Run by tests/app/agui/test_endpoint_node.py
 // with GATEWAY_URL and AGENT_STATS_URL set. Every stream passes through the client's own event
 // verifier (runAgent rejects on a protocol violation).
 import { test } from "node:test";

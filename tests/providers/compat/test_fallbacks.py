@@ -22,9 +22,9 @@ from providers.compat.h11_fast import H11
 from providers.compat.httpcore_fast import HTTPCORE
 from providers.compat.httpx_fast import HTTPX
 from providers.compat.probe import FastPath
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import wait_state
-from tests.providers.mock_upstreams import (
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import wait_state
+from tests.providers.support.mock_upstreams import (
     STALL,
     MockUpstream,
     agui_run,

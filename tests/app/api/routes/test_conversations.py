@@ -16,8 +16,8 @@ from app.api import http
 from app.api.routes import conversations
 from app.api.routes.conversations import well_formed_start
 from app.api.schemas import RunBody
-from tests.app.gateway_server import RunningGateway, make_settings, start_server
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.gateway_server import RunningGateway, make_settings, start_server
+from tests.app.support.scripted_provider import ScriptedProvider
 
 _ONLY_MEMORY = pytest.mark.only_backend(
     "memory", reason="the fast path only parses the request; the backend sees the same calls"

@@ -24,7 +24,7 @@ from app.backends.redis.keys import ConversationKeys
 from app.compat.redis_fast import append_packing
 from app.compat.redis_fast.append_packing import bulk, pack_append_args
 from app.compat.redis_fast.script_pipeline import ScriptPipeline
-from tests.app.redis_support import prefix, redis
+from tests.app.support.redis_support import prefix, redis
 
 __all__ = ["prefix", "redis"]  # fixtures
 

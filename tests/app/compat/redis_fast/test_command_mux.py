@@ -19,7 +19,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.backends.redis import redis_client
 from app.compat.redis_fast.command_mux import CommandMux, _packed, _Submission
 from app.compat.redis_fast.lean import LeanPool, LeanRedis
-from tests.app.redis_support import SHARED_REDIS_URL, MuteRedis, clients, prefix, private_redis
+from tests.app.support.redis_support import (
+    SHARED_REDIS_URL,
+    MuteRedis,
+    clients,
+    prefix,
+    private_redis,
+)
 from tests.support import eventually, eventually_async
 
 __all__ = ["clients", "prefix"]  # fixtures

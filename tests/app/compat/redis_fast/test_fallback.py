@@ -27,11 +27,11 @@ from redis.asyncio.connection import AbstractConnection, Connection
 from app.backends.redis import redis_client
 from app.compat.redis_fast import check, fast_paths_usable, uses_fast_paths
 from app.compat.redis_fast.lean import LeanRedis
-from tests.app import gateway_server
-from tests.app.gateway_server import RunningGateway, StartGateway
-from tests.app.helpers import collect_sse, events_of, terminal
-from tests.app.redis_support import SHARED_REDIS_URL
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support import gateway_server
+from tests.app.support.gateway_server import RunningGateway, StartGateway
+from tests.app.support.helpers import collect_sse, events_of, terminal
+from tests.app.support.redis_support import SHARED_REDIS_URL
+from tests.app.support.scripted_provider import ScriptedProvider
 
 Breaker = Callable[[pytest.MonkeyPatch], None]
 

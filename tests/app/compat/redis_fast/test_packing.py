@@ -11,7 +11,7 @@ from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
 from app.backends.redis import redis_client
 from app.compat.redis_fast.packing import pack_plain_commands, pack_with_hiredis
-from tests.app.redis_support import SHARED_REDIS_URL
+from tests.app.support.redis_support import SHARED_REDIS_URL
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("PING",),

@@ -24,7 +24,7 @@ from app.backends.redis.eventlog import (
 )
 from app.backends.redis.keys import ConversationKeys
 from app.compat.redis_fast.script_pipeline import ScriptPipeline
-from tests.app.redis_support import (
+from tests.app.support.redis_support import (
     SHARED_REDIS_URL,
     MuteRedis,
     prefix,
