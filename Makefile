@@ -44,8 +44,8 @@ pytest: $(STAMP)
 	$(VENV)/bin/pytest -p no:cacheprovider -n 0 tests/deploy
 	# Once more with every public path (issue 50): the gateway, backend-contract and concurrency tests.
 	AGENT_GATEWAY_GATEWAY__FAST_PATHS=false $(VENV)/bin/pytest -p no:cacheprovider \
-		tests/app/test_every_backend.py tests/app/test_redis_backend.py tests/app/test_memory_backend.py \
-		tests/app/test_concurrency_*.py tests/app/compat/redis_fast/test_fallback.py
+		tests/structure/test_every_backend.py tests/app/backends/redis/test_backend.py tests/app/backends/test_memory.py \
+		tests/app/runs/test_concurrency_*.py tests/app/compat/redis_fast/test_fallback.py
 
 # The tests need what test-setup provides, also when `make pytest` is run alone.
 pytest: test-setup

@@ -27,7 +27,7 @@ from bench.harness.gate import Gate
 from providers.agent_event import AgentEventProvider
 from providers.testing import make_options, run_collect
 from providers.transports import SSETransport, WebSocketTransport
-from tests.providers.loopback import Loopback, serve_loopback
+from tests.providers.support.loopback import Loopback, serve_loopback
 
 TARGET_MS = 50.0
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.app.gateway_server import RunningGateway, launch, make_settings
-from tests.app.helpers import collect_sse, stalled_client, start_run, terminal
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.gateway_server import RunningGateway, launch, make_settings
+from tests.app.support.helpers import collect_sse, stalled_client, start_run, terminal
+from tests.app.support.scripted_provider import ScriptedProvider
 
 KEY = "bench"
 EVENTS = f"/v1/conversations/{KEY}/events"

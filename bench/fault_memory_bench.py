@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.harness.procs import Server, start_server
-from tests.app.helpers import collect_sse, events_of, stalled_client, terminal
-from tests.app.security_upstream import Upstream, serve_upstream
+from tests.app.support.helpers import collect_sse, events_of, stalled_client, terminal
+from tests.app.support.security_upstream import Upstream, serve_upstream
 
 MB = 1024 * 1024
 SEND_TIMEOUT = 3.0

@@ -158,7 +158,7 @@ async def e2e(url: str, rounds: int, lease_ttl: float) -> tuple[list[float], lis
     """Abort and lost-owner times through HTTP with two gateway processes."""
     import httpx
 
-    from tests.app.redis_support import GatewayProcess, serve_slow_upstream
+    from tests.app.support.redis_support import GatewayProcess, serve_slow_upstream
 
     aborts: list[float] = []
     lost: list[float] = []

@@ -169,8 +169,8 @@ async def asgi_starts(n: int, stream: bool) -> float:
 
     from app.backends import ConversationRef
     from app.factory import create_app
-    from tests.app.gateway_server import make_settings
-    from tests.app.scripted_provider import ScriptedProvider
+    from tests.app.support.gateway_server import make_settings
+    from tests.app.support.scripted_provider import ScriptedProvider
 
     logging.disable(logging.CRITICAL)
     settings = make_settings(
