@@ -29,9 +29,9 @@ Usage::
         --variant public=HEAD:AGENT_GATEWAY_GATEWAY__FAST_PATHS=false --rounds 5 --suite headline
 
 ``--suite headline`` runs every headline bench of ``BENCHMARKS.md`` that is short enough
-(figures 1–6, capacity in three steps, archive, core, the in-process abort; not the peer, the
-soak or the container) with small sizes: one variant's round took about 3 minutes on the
-loaded 2-core machine (``BENCHMARKS.md``, "How it is measured").
+(figures 1–6, capacity in two steps, archive, core, the in-process abort; not the peer, the
+soak or the container) with small sizes: one variant's round takes 3–5 minutes on the shared
+2-core machine, most of it starting processes (``BENCHMARKS.md``, "Trees side by side").
 """
 
 from __future__ import annotations
