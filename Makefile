@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: test test-setup run lint typecheck layers pytest openapi bench clean example image constraints
+.PHONY: test test-setup run lint typecheck layers pytest openapi bench ab clean example image constraints
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -75,6 +75,16 @@ example: $(RUN_STAMP) $(EXAMPLE)/dist/index.html
 # (ARGS=--quick: smaller sizes, gating only the targets they measure).
 bench: test-setup $(STAMP)
 	$(PY) bench/run_all.py $(ARGS)
+
+# The short headline benches against the tree before issue 50, side by side in alternating
+# rounds: fast paths on, and with every public path (BENCHMARKS.md "Trees side by side").
+# AB_BEFORE / AB_AFTER: git revisions or directories; ARGS: more options (--rounds 1, --timeout).
+AB_BEFORE ?= 084b081
+AB_AFTER ?= HEAD
+ab: test-setup $(STAMP)
+	$(PY) bench/ab_trees.py --variant before=$(AB_BEFORE) --variant after=$(AB_AFTER) \
+		--variant public=$(AB_AFTER):AGENT_GATEWAY_GATEWAY__FAST_PATHS=false --rounds 5 \
+		--suite headline $(ARGS)
 
 # The container image (agent-gateway:latest) with Docker or Podman; without the default base
 # image, a local one from Debian packages (scripts/base-image.sh). README "Container".

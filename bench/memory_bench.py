@@ -35,6 +35,7 @@ import uvloop
 
 from bench.harness import procs
 from bench.harness.flows import gateway_run, new_key
+from bench.harness.gate import Gate
 from bench.harness.stats import table
 
 PER_CONVERSATION_TARGET = 50 * 1024
@@ -196,21 +197,21 @@ def main() -> None:
     ]
     print(table("Figure 5: gateway memory", ["measure", "value", "target"], rows))
     complete = stalled.complete and plain.complete
-    ok = (
-        per_conv <= PER_CONVERSATION_TARGET
-        and plain.sampled_peak <= RUN_TARGET
-        and extra_peak <= STALLED_EXTRA_TARGET
-        and extra_after <= STALLED_EXTRA_TARGET
-        and complete
-    )
+    gate = Gate("figure5")
+    gate.holds("runs complete", complete)
+    kb = per_conv / 1024
+    gate.at_most("RSS per idle conversation", kb, PER_CONVERSATION_TARGET / 1024, " KB")
+    gate.at_most("RSS growth of a run", plain.sampled_peak / mb, RUN_TARGET / mb, " MB")
+    gate.at_most("stalled extra peak", extra_peak / mb, STALLED_EXTRA_TARGET / mb, " MB")
+    gate.at_most("stalled extra after close", extra_after / mb, STALLED_EXTRA_TARGET / mb, " MB")
     print(
         f"SUMMARY figure5 per_conversation={per_conv / 1024:.1f} KB (target <= 50) "
         f"run_growth={plain.sampled_peak / mb:.2f} MB (target <= 10) "
         f"stalled_extra_peak={extra_peak / mb:.2f} MB (target <= 1) "
         f"stalled_extra_after_close={extra_after / mb:.2f} MB (target <= 1) "
-        f"run_complete={complete} {'PASS' if ok else 'FAIL'}"
+        f"run_complete={complete} {gate.verdict.value}"
     )
-    sys.exit(0 if ok else 1)
+    sys.exit(gate.finish())
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from app.backends import ConversationRef
 __all__ = ["MAX_KEYS", "MAX_KEYS_PER_PRINCIPAL", "ArchivedKeys"]
 
 logger = logging.getLogger("app.archive")
-#: ~120 bytes a key in memory: at most ~25 MB, and ~6 MB for one principal's.
+#: Bounds of the keys held in memory, all of them and one principal's: what they hold at
+#: most is in (BENCHMARKS.md, "Costs behind the code's shortcuts").
 MAX_KEYS = 200_000
 MAX_KEYS_PER_PRINCIPAL = 50_000
 

@@ -62,9 +62,10 @@ def _values(write: ConversationWrite, now: float) -> dict[str, Any]:
 
 
 def _upsert(dialect: Any) -> Any:
-    """The guarded UPSERT, built once (executed with one parameter set per write). Its row is
-    a ``SELECT`` of the parameters that yields nothing when the incarnation has a tombstone:
-    one statement a write, no separate tombstone read (~16 µs a write at 17 a transaction)."""
+    """The guarded UPSERT, built once (executed with one parameter set per write). Its row is a
+    ``SELECT`` of the parameters that yields nothing when the incarnation has a tombstone: one
+    statement a write, no separate tombstone read (BENCHMARKS.md, "Costs behind the code's
+    shortcuts")."""
     names = [column.name for column in conversations.columns]
     row = sa.select(
         *(sa.bindparam(name, type_=conversations.c[name].type) for name in names)

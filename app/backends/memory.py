@@ -50,7 +50,8 @@ class _Notifier:
     waits registered since it was armed and ends every wait then (early for some: an empty
     read, and the reader waits again). It outlives the wake-ups of ``notify``, so a follower
     at 50 deltas/s, waiting again after each delivery, arms no timer per delta (a
-    ``call_later`` and its cancel per wait were ~5 % of the follower's CPU).
+    ``call_later`` and its cancel per wait were a visible share of the follower's CPU:
+    BENCHMARKS.md, "Costs behind the code's shortcuts").
     """
 
     __slots__ = ("deadline", "timer", "waiters")
@@ -176,8 +177,9 @@ class MemoryBackend(Backend):
         self._ttl = conversation_ttl_seconds
         self._clock = clock
         self._conversations: OrderedDict[ConversationRef, _Conversation] = OrderedDict()
-        #: Each principal's conversations, so the per-principal cap and the listing cost what
-        #: the principal holds, not what the instance holds (100k conversations: ~6 % of CPU).
+        #: Each principal's conversations, so the per-principal cap and the listing cost what the
+        #: principal holds, not what the instance holds (BENCHMARKS.md, "Costs behind the code's
+        #: shortcuts").
         self._by_principal: dict[str, dict[ConversationRef, None]] = {}
         self._notifiers: dict[ConversationRef, _Notifier] = {}
         self._runs: dict[ConversationRef, RunControl] = {}
@@ -489,8 +491,8 @@ class MemoryBackend(Backend):
         if notifier is None:
             notifier = self._notifiers[ref] = _Notifier()
         # A future and the notifier's shared timer, not an Event and ``asyncio.timeout``: this
-        # runs once per delivery per follower (the timeout's enter/exit was ~1.5 % of a
-        # capacity run's CPU).
+        # runs once per delivery per follower (the timeout's enter/exit showed in a capacity
+        # run's profile: BENCHMARKS.md, "Costs behind the code's shortcuts").
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         sinking = None if sink is None or seq is None else _Sinking(seq, sink)
@@ -510,7 +512,7 @@ class MemoryBackend(Backend):
                     del self._notifiers[ref]
         if conv is not None and seq is not None and self._conversations.get(ref) is conv:
             # The same incarnation: ``after`` parses as before the wait (seqs only grow), so
-            # the wake-up of each follower at each append skips the parse (~1 µs). Past what
+            # the wake-up of each follower at each append skips the parse. Past what
             # the sink took, if it took any.
             if sinking is not None:
                 seq = sinking.seq

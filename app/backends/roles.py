@@ -119,8 +119,9 @@ class EventAppender(Protocol):
 
     #: The run's writer may append in the runner's task when upstream reads come apart (a
     #: slow stream), instead of handing each read to a task of its own: true when an append
-    #: never suspends (memory) or takes one short round trip (Redis: ~0.3 ms, against reads
-    #: 20 ms apart at 50 deltas/s, so the stream waits for nothing it would notice).
+    #: never suspends (memory) or takes one short round trip (Redis: a small fraction of the
+    #: 20 ms between reads at 50 deltas/s, so the stream waits for nothing it would notice;
+    #: BENCHMARKS.md, "Costs behind the code's shortcuts").
     inline_appends: bool = False
     #: An append waits for a round trip (Redis): a run's writer hands a read of many events to
     #: its drain task, never writing it inline (``app.runs.event_pipe.INLINE_MAX_ITEMS``), and
@@ -197,10 +198,10 @@ class Snapshots(Protocol):
         """The state with its cursor; None when the conversation does not exist."""
 
     async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
-        """The state's protocol ``issues`` raised by ``run_id``'s events, in order (empty when
-        the conversation does not exist). This default reads a snapshot; a backend holding
-        the reducer in memory answers without building one (a 50,000-event run's snapshot
-        materializes ~7 MB of ``processedEventIds``)."""
+        """The state's protocol ``issues`` raised by ``run_id``'s events, in order (empty when the
+        conversation does not exist). This default reads a snapshot; a backend holding the reducer
+        in memory answers without building one (a long run's snapshot materializes megabytes of
+        ``processedEventIds``: BENCHMARKS.md, "Costs behind the code's shortcuts")."""
         snapshot = await self.snapshot(ref)
         if snapshot is None:
             return []

@@ -40,9 +40,9 @@ EMPTY_CURSOR = "0"
 class ConversationRef(NamedTuple):
     """A conversation: the caller's principal and its conversationKey.
 
-    A named tuple, not a frozen dataclass: it keys the backend's, the follower's and the
-    limits' dicts several times per delta, and a tuple hashes and compares in C (a dataclass's
-    generated ``__hash__``/``__eq__`` are Python calls, ~0.3 µs each).
+    A named tuple, not a frozen dataclass: it keys the backend's, the follower's and the limits'
+    dicts several times per delta, and a tuple hashes and compares in C (a dataclass's generated
+    ``__hash__``/``__eq__`` are Python calls: BENCHMARKS.md, "Costs behind the code's shortcuts").
     """
 
     principal: str
@@ -147,7 +147,8 @@ class LogEntry:
     @classmethod
     def for_event_at(cls, cursor: bytes, event: dict[str, Any]) -> LogEntry:
         """``for_event`` from the cursor's bytes: the frame in one ``%``, no generic ``__init__``
-        (one per logged event: ~25 % cheaper than ``for_event``'s former path)."""
+        (one per logged event, cheaper than ``for_event``'s former path: BENCHMARKS.md, "Costs
+        behind the code's shortcuts")."""
         entry: LogEntry = _new_object(cls)
         entry.kind = "event"
         entry.event_type = event.get("type")
@@ -201,7 +202,8 @@ class LogEntry:
     @property
     def cursor(self) -> str:
         """The entry's position, read back from its frame's ``id:`` line (not kept as a string
-        of its own: ~70 B per retained entry, 0.7 MB for a log of 10,000)."""
+        of its own, which a full log would hold as many times as it keeps entries
+        (BENCHMARKS.md, "Costs behind the code's shortcuts"))."""
         start = 4 if self.kind == "event" else _EXTENSION_ID_AT
         return self.sse[start : self._data_at - 7].decode()
 
@@ -276,7 +278,7 @@ class LogItem:
 @dataclass(slots=True)
 class ReadResult:
     """What one read found. Not frozen: a frozen dataclass's ``__init__`` sets each field
-    through ``object.__setattr__`` (2x the cost), and a follower builds one per delivery."""
+    through ``object.__setattr__`` (slower), and a follower builds one per delivery."""
 
     status: Literal["ok", "trimmed", "unknown"]
     entries: list[LogEntry] = field(default_factory=list)

@@ -12,9 +12,10 @@ is written inline, in the runner's task, when the previous read came at least
 ``INLINE_GAP_SECONDS`` before (or it is the first read after the run's start events, whose
 round trip to the upstream came between: the time to first token) and no write is in flight: a
 slow stream (50 deltas/s, one event per read) then costs no task and no task switch per read
-(on Redis ~4 % of the gateway's CPU at 40 such streams). Reads that come faster go through the
-drain task as above, which batches them (in-process at full speed, inline writes of each read
-cost +3-5 µs/event; on Redis the next read would wait for each round trip); so does, on Redis,
+(a visible share of a Redis gateway's CPU with many such streams). Reads that come faster go
+through the drain task as above, which batches them (in-process at full speed, inline writes of
+each read cost more per event; on Redis the next read would wait for each round trip; both in
+(BENCHMARKS.md, "Costs behind the code's shortcuts")); so does, on Redis,
 a read of more than ``INLINE_MAX_ITEMS`` events (a fast stream's, however long checking it
 took). Same order and the same error reporting either way.
 
@@ -39,14 +40,16 @@ __all__ = ["INLINE_GAP_SECONDS", "INLINE_MAX_ITEMS", "MAX_PENDING", "EventPipe"]
 MAX_PENDING = 256
 
 #: Loop time since the previous read below which a read is batched by the drain task, not
-#: written inline (a stream at 50 deltas/s has 20 ms between reads; one at full speed ~0.03).
+#: written inline (a stream at 50 deltas/s has 20 ms between reads; one at full speed, a few
+#: hundredths of one).
 INLINE_GAP_SECONDS = 0.001
 
 #: On a backend whose appends wait for a round trip (Redis), a read of more events than this is
 #: a fast stream's, however long its events took to check: it goes to the drain task, so the
-#: next read is checked while this one's round trip is in flight. A read of 400 events takes
-#: the runner ~3 ms, more than ``INLINE_GAP_SECONDS``: written inline, the runner then sat
-#: idle for each round trip, ~30 % of a 20,000-event answer's time on Redis (figure 6).
+#: next read is checked while this one's round trip is in flight. A read of hundreds of events
+#: takes the runner longer than ``INLINE_GAP_SECONDS``: written inline, the runner then sat
+#: idle for each round trip, a large share of a long answer's time on Redis (figure 6;
+#: BENCHMARKS.md, "Costs behind the code's shortcuts").
 #: A slow stream's read carries one to a few events, also on a loaded gateway.
 INLINE_MAX_ITEMS = 16
 

@@ -2,13 +2,11 @@
 
 A start holds its slot from its acceptance until its ``run.started`` is logged (or it failed,
 or was queued behind another run). Without it, a start storm's steps (limits, claim, meta, the
-start events' append: ~40 Redis commands a start) queue on the loop between the deltas of the
-answers already streaming. 200 answers started together on Redis (``capacity_bench.py
---timeline``, 150 deltas at 50/s): p99 delivery latency 41-126 ms over the first 1.2 s; with 8
-starts at a time 13-52 ms (the last runs started ~0.5 s later). Capacity steps of that load,
-same minutes (``capacity_trees_bench.py``): p99 94 ms median without (15 steps, 7 over 100 ms),
-82 with 16 at a time (10 steps, 3 over). A burst of 60 streamed starts on memory
-(``run_start_bench.py``): first delta 103 -> 88 ms median, p99 144 -> 147 ms, the same CPU.
+start events' append: dozens of Redis commands a start) queue on the loop between the deltas
+of the answers already streaming. With a few starts at a time, the delivery latency of the
+answers streaming during a start storm fell on Redis, capacity steps went over
+their latency budget less often, and a burst of streamed starts on memory reached its first
+deltas sooner for the same CPU (BENCHMARKS.md, "Costs behind the code's shortcuts").
 """
 
 from __future__ import annotations

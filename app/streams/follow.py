@@ -127,8 +127,8 @@ class _Sink:
 
     Why: woken, a follower runs one loop iteration after the append, and on a busy loop each
     iteration is what a delta waits for. The minimal normalizer writes in the iteration after
-    its upstream read, as the runner now does: at 40 answers of 50 deltas/s the gateway's p50
-    delivery latency went from 3.5 to 2 ms (the normalizer's: 1.5), p99 from 9-16 to 7-11.
+    its upstream read, as the runner now does: the gateway's delivery latency came close to
+    the normalizer's (BENCHMARKS.md, "Costs behind the code's shortcuts").
     """
 
     __slots__ = ("counts", "last", "push", "ref")

@@ -47,8 +47,8 @@ RETRY_MS = 2000
 _sse_of = operator.attrgetter("sse")
 #: Upper bound of one coalesced send (a single larger frame is sent alone, in pieces). 64 KiB:
 #: a follower of a busy conversation gets everything logged since its last read (up to
-#: ``BATCH`` deltas of ~300 B) in one send, and a stalled subscriber still pins at most this
-#: much past its transport's high-water mark.
+#: ``BATCH`` deltas of a few hundred bytes each) in one send, and a stalled subscriber still
+#: pins at most this much past its transport's high-water mark.
 COALESCE_BYTES = 64 * 1024
 #: Set by ``app.factory.GatewayApp``: the connection's transport.
 TRANSPORT_EXTENSION = "gateway.transport"

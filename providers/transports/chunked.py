@@ -1,13 +1,14 @@
 """The plain chunks of a chunked HTTP/1.1 body, decoded without h11; anything else is h11's.
 
-h11 spends ~5 µs of pure Python on each chunk (its reader, its state machine, a ``Data``
-event); an upstream streaming one delta per chunk pays that per delta, about a third of the
-gateway's CPU per event. :class:`ChunkDecoder` takes only the common shape, a hex size on a line
-of its own, that many bytes, ``CRLF``, at ~0.6 µs a chunk, and hands everything else back from a
-chunk boundary: chunk extensions, the last chunk and its trailers, any malformed header. h11 then
-reads those bytes from that boundary as it would have, so every check of the framing stays h11's
-except the two this decoder makes itself, mid-chunk, where h11 cannot take over: the ``CRLF``
-after a chunk's data, and a body that ends inside a chunk (h11's own messages for both).
+h11 spends pure Python on each chunk (its reader, its state machine, a ``Data`` event); an upstream
+streaming one delta per chunk pays that per delta, a large share of the gateway's CPU per event.
+:class:`ChunkDecoder` takes only the common shape, a hex size on a line of its own, that many bytes,
+``CRLF``, for a fraction of that (BENCHMARKS.md, "Costs behind the code's shortcuts"), and hands
+everything else back from a chunk boundary: chunk extensions, the last chunk and its trailers, any
+malformed header. h11 then reads those bytes from that boundary as it would have, so every check of
+the framing stays h11's except the two this decoder makes itself, mid-chunk, where h11 cannot take
+over: the ``CRLF`` after a chunk's data, and a body that ends inside a chunk (h11's own messages for
+both).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class ChunkDecoder:
             stop = pos + size
             if data[stop : stop + 2] == b"\r\n":
                 # The whole chunk and its CRLF are in this read (nearly always): taken at once,
-                # not through the open-chunk and footer states (~840 -> ~600 ns a chunk).
+                # not through the open-chunk and footer states (cheaper per chunk).
                 pieces.append(data[pos:stop])
                 pos = stop + 2
                 continue

@@ -4,8 +4,8 @@ One client serves every user's runs of a provider, so a cookie jar would send a 
 upstream set in one user's run (a runtime's session, a load balancer's stickiness) with the
 next user's requests. Dropped on arrival, they never go out; and no response is parsed for
 them: httpx's ``Cookies.extract_cookies`` builds an ``email.message`` of the response's
-headers and a ``urllib`` request of its URL before it asks the jar (cProfile over 310 run
-starts: 77 µs per response, the profiler's own cost included).
+headers and a ``urllib`` request of its URL before it asks the jar, a cost per response
+(BENCHMARKS.md, "Costs behind the code's shortcuts").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """httpcore's network backend on the running loop's own streams, timed by one loop timer.
 
-httpcore's default backend on asyncio is anyio's: every read enters ``fail_after`` (a cancel
-scope: a context manager, a timer, task bookkeeping) and ``map_exceptions``, ~15 µs of Python
-per read. An upstream streaming one delta per TCP read does one read per delta, and in a
-capacity run (120 answers at 50 deltas/s) those reads were ~11 % of the gateway's CPU (py-spy).
+httpcore's default backend on asyncio is anyio's: every read enters ``fail_after`` (a cancel scope:
+a context manager, a timer, task bookkeeping) and ``map_exceptions``, all in Python. An upstream
+streaming one delta per TCP read does one read per delta, and in a capacity run those reads were a
+large share of the gateway's CPU (BENCHMARKS.md, "Costs behind the code's shortcuts").
 :class:`AsyncioBackend` reads ``asyncio`` streams and bounds a wait that suspends with a plain
 ``call_later`` that cancels the waiting task (a read: one timer per stream that each read only
 moves, :class:`ReadWatchdog`); timeouts, errors and TLS map as httpcore's own backends map them
@@ -64,7 +64,7 @@ class ReadWatchdog:
     """Bounds a stream's reads with one loop timer that outlives them: a read only moves the
     deadline, and the timer, when it fires early, sets itself again for the deadline.
 
-    ``wait_within`` arms and cancels a timer per wait (~2.7 µs per read here); an upstream
+    ``wait_within`` arms and cancels a timer per wait; an upstream
     streaming one delta per read does that once per delta. Here a read costs a clock read
     and three stores. The timer cancels the reading task only when a read is in progress
     and its deadline has passed; ``expired`` then tells that cancellation from any other.

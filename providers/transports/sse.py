@@ -130,7 +130,8 @@ class SSEParser:
         for frame in frames:
             if not frame.startswith("data: ") or len(frame) > limit:
                 return None  # nothing consumed yet: the line loop starts over
-            # Positional: the keyword call costs twice as much (~1 µs on the bench machine).
+            # Positional: the keyword call costs more (BENCHMARKS.md, "Costs behind the code's
+            # shortcuts").
             out.append(ServerSentEvent("", frame[6:], last_id, None))
         self._size = 0
         return out
@@ -150,7 +151,7 @@ class SSEParser:
             if not line:
                 size = 0
                 if data or self._event or self._id or self._retry is not None:
-                    # Positional: the keyword call costs twice as much.
+                    # Positional: the keyword call costs more.
                     out.append(ServerSentEvent(self._event, "\n".join(data), self._id, self._retry))
                     data = self._data = []
                     self._event = ""
@@ -191,7 +192,7 @@ class SSEParser:
 @functools.lru_cache(maxsize=256)
 def upstream_url(url: str) -> httpx.URL:
     """``url`` parsed, once: a provider calls the same few URLs, and httpx parses a ``str`` URL
-    at every request (~20 µs of each run start's ~1 ms before the upstream call). An
+    at every request, a visible part of a run start's CPU before the upstream call. An
     ``httpx.URL`` is immutable, so one can be shared; an invalid URL raises here, every time,
     as ``build_request`` did."""
     return httpx.URL(url)
@@ -285,7 +286,7 @@ class SSETransport:
                         raise UpstreamHTTPError(response.status_code, excerpt)
                     parser = SSEParser(request.max_event_bytes, strict_fields=self.strict_fields)
                     # What response.aiter_text() does (the same decoder), one async generator
-                    # layer less per read (~0.5 µs of the runner's ~17 µs per 1-event read).
+                    # layer less per read (BENCHMARKS.md, "Costs behind the code's shortcuts").
                     decoder = codecs.getincrementaldecoder(response.encoding or "utf-8")
                     decode = decoder(errors="replace").decode
                     try:

@@ -135,11 +135,10 @@ def well_formed_start(key: str, stream: str | None, body: bytes) -> tuple[RunBod
 
 
 async def _start_run_fast(request: Request) -> Response | None:
-    """``start_run`` for a well-formed request, without FastAPI's dependency solving and
-    parameter validation: ~0.7 ms less CPU per start (3.0 -> 2.2 ms for a 202 start through
-    the ASGI app in process, on a machine 2x slower than the issue's). The principal is
-    resolved after the checks, FastAPI resolves it before them: an auth error wins over a
-    validation error either way, and nothing was done before it."""
+    """``start_run`` for a well-formed request, without FastAPI's dependency solving and parameter
+    validation, a large share of a start's CPU (BENCHMARKS.md, "Costs behind the code's shortcuts").
+    The principal is resolved after the checks, FastAPI resolves it before them: an auth error wins
+    over a validation error either way, and nothing was done before it."""
     key: str = request.path_params["conversationKey"]
     parsed = well_formed_start(key, request.query_params.get("stream"), await request.body())
     if parsed is None:

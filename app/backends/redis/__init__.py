@@ -46,8 +46,9 @@ POOL_WAIT_SECONDS = 5.0
 @functools.cache
 def _driver_info() -> DriverInfo:
     """What every connection sends with ``CLIENT SETINFO``, resolved once: left to redis-py,
-    each new connection reads the package's metadata again (~0.2 ms; a capacity-bench round
-    of 100 runs opens ~150 connections as conversations' log readers come and go)."""
+    each new connection reads the package's metadata again, and a capacity-bench round opens
+    more connections than it runs answers, as conversations' log readers come and go
+    (BENCHMARKS.md, "Costs behind the code's shortcuts")."""
     return DriverInfo()
 
 

@@ -45,8 +45,8 @@ def _logged(
     """The entries just appended (their LogEntries cached on them for incarnation ``inc``),
     the LogEntries, and the entries' stream positions, in one pass per logged event. Cursors
     are ``make_cursor``'s (an appended id is never ``0-0``). One pass instead of four (entry,
-    LogEntry, cursor, position): ~1 µs less per event on a Redis stream (18.7 -> 17.7 µs of
-    gateway CPU, 16 alternated 20,000-event runs at 64 per write)."""
+    LogEntry, cursor, position) takes a measurable share off the gateway's CPU per event on a
+    Redis stream (BENCHMARKS.md, "Costs behind the code's shortcuts")."""
     prefix = inc.encode() + b"."
     of_logged = LogEntry.of_logged
     stored: list[Entry] = []
@@ -248,15 +248,15 @@ class RedisAppends(EventAppender):
 
 
 #: ``Pending`` built by ``tuple.__new__``, not the named tuple's Python ``__new__``: one per
-#: logged event, 0.15 against 0.32 µs.
+#: logged event, cheaper (BENCHMARKS.md, "Costs behind the code's shortcuts").
 _new_tuple = tuple.__new__
 
 
 def _pending(item: LogItem) -> Pending:
     # The JSON is copied by ``%`` to a right-sized allocation: ``orjson.dumps`` answers on a
     # >= 4 KiB buffer, and the entry (its ``data``) stays in the conversation's reader window
-    # (up to 1,024 entries). Kept as it was, a C = 200 capacity step (30,000 deltas) grew the
-    # gateway's RSS by ~190 MB and took a fresh page per event.
+    # (up to 1,024 entries). Kept as it was, each event took a fresh page and a capacity step
+    # grew the gateway's RSS by hundreds of MB (BENCHMARKS.md, "Costs behind the code's shortcuts").
     if item.event is not None:
         event = item.event
         data = b"%s" % orjson.dumps(event)

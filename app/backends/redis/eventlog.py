@@ -96,8 +96,9 @@ class Entry:
 
 
 class Pending(NamedTuple):
-    """An entry to append. A tuple, built once per logged event: a frozen dataclass's
-    ``__init__`` (one ``object.__setattr__`` per field) cost ~2x as much."""
+    """An entry to append. A tuple, built once per logged event: a frozen dataclass's ``__init__``
+    (one ``object.__setattr__`` per field) costs more (BENCHMARKS.md, "Costs behind the code's
+    shortcuts")."""
 
     kind: str
     data: bytes
@@ -434,13 +435,13 @@ class FencedWriter:
     ) -> list[str]:
         """Append (batched with concurrent callers); returns this call's stream ids.
 
-        Without a batch to join, the caller opens one and writes it in its own task (no
-        flush task: ~5 µs less per append, bench/redis_appends_bench.py) once the batch
-        before it is settled. It takes joiners until its script call is packed into a
-        pipeline (``ScriptPipeline``: the loop turn after this one at the earliest, later
-        while the pipeline before it is on the wire), so it is sent with no turn of its own:
-        a slow stream's delta, appended alone, reached its subscribers one loop iteration
-        later when the batch waited a turn to be joined."""
+        Without a batch to join, the caller opens one and writes it in its own task (no flush task,
+        which costs CPU per append: BENCHMARKS.md, "Costs behind the code's shortcuts") once the
+        batch before it is settled. It takes joiners until its script call is packed into a pipeline
+        (``ScriptPipeline``: the loop turn after this one at the earliest, later while the pipeline
+        before it is on the wire), so it is sent with no turn of its own: a slow stream's delta,
+        appended alone, reached its subscribers one loop iteration later when the batch waited a
+        turn to be joined."""
         batch = self._queue
         if batch is not None:  # a batch not sent yet: join it
             start = len(batch.items)

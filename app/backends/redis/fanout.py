@@ -59,9 +59,9 @@ Tick = Callable[[list[ConversationKeys]], Awaitable[None]]
 #: built for with that LogEntry's frame and data offset ("", b"", 0 when none was). A flat
 #: tuple of atomic values: CPython stops tracking it at its first collection, so the entries a
 #: window keeps once their run has ended cost a full collection nothing (kept as objects, each
-#: event was two tracked ones: after 200 answers of 150 deltas, 63,000 of the gateway's
-#: 114,000, and an empty full collection took 94 ms against 37 on the memory backend, which
-#: freezes its log alike).
+#: event was two tracked ones, most of the gateway's tracked objects after a capacity step,
+#: and a full collection took much longer than on the memory backend, which freezes its
+#: log alike: BENCHMARKS.md, "Costs behind the code's shortcuts").
 Frozen = tuple[str, str, bytes, str, str, str, bytes, int]
 #: Entries' LogEntries as their writer built them, with the incarnation they are built for.
 Made = tuple[str, list[LogEntry]]
@@ -227,7 +227,7 @@ class LogReader:
         """Stop reading. ``grace``: first let a blocking read in flight end by itself (it
         does within ``block_ms``), for at most that long: a read cut off costs its connection
         (redis-py drops a connection whose reply it stopped reading; the next command
-        connects again, ~1 ms of CPU: one per conversation whose reader lingered out)."""
+        connects again: one per conversation whose reader lingered out)."""
         self._stopping = True
         task = self._task
         try:
@@ -498,19 +498,18 @@ class LogReader:
         """Wait with no ``XREAD`` for a kick (a feed that left a gap, a read of a paused idle
         reader, a stop) or a block's time.
 
-        ``idle``: no read holds the reader (its subscribers gone, lingering in case they come
-        back). It blocked in ``XREAD`` all the same before, a pool connection each, read once
-        a second: after a capacity step of C = 200 answers, 200 connections for 5 s, and the
-        next step (C = 250) connected 0.8-1.2 new ones per run, 0.4 with this pause, and read
-        6 ``XREAD`` per run, 1.2 with it (~0.35 ms of CPU per connect; the steps' CPU and p99
-        moved within their noise). :meth:`hold` kicks it.
+        ``idle``: no read holds the reader (its subscribers gone, lingering in case they come back).
+        It blocked in ``XREAD`` all the same before, a pool connection each, read once a second:
+        after a capacity step, a connection per answer held for seconds, and the next step connected
+        more new ones per run and read several times the ``XREAD`` that it reads with this pause
+        (BENCHMARKS.md, "Costs behind the code's shortcuts"). :meth:`hold` kicks it.
         """
         self.idle_paused = idle
         resume = self._resume
         resume.clear()
-        # A timer that sets the event, not ``asyncio.wait_for``: that wraps the wait in a task
-        # and cancels it at the timeout, once a second per paused reader (~1 % of the
-        # gateway's samples in a start-heavy capacity step of C = 200 on Redis).
+        # A timer that sets the event, not ``asyncio.wait_for``: that wraps the wait in a task and
+        # cancels it at the timeout, once a second per paused reader (a visible share of a
+        # start-heavy capacity step on Redis: BENCHMARKS.md, "Costs behind the code's shortcuts").
         timer = asyncio.get_running_loop().call_later(self.block_ms / 1000, resume.set)
         try:
             await resume.wait()
@@ -670,7 +669,8 @@ class ReaderHub:
         self._tick = tick
         self._tick_seconds = tick_seconds
         #: Calls ``tick`` for all readers while there are any (one call per tick, not one
-        #: task and one round trip per reader: 4 % of a Redis gateway's CPU at 80 readers).
+        #: task and one round trip per reader, which cost a Redis gateway CPU in proportion to
+        #: its readers: BENCHMARKS.md, "Costs behind the code's shortcuts").
         self._ticker: asyncio.Task[None] | None = None
         self._readers: dict[str, LogReader] = {}
         self._stoppers: dict[str, asyncio.TimerHandle] = {}

@@ -43,7 +43,7 @@ __all__ = ["RedisInstance", "text"]
 log = logging.getLogger("app.backends.redis")
 
 #: Readers whose tick commands share one pipeline (bounds one reply and the loop turn that
-#: parses it: 300 replies, ~3 ms).
+#: parses it (BENCHMARKS.md, "Costs behind the code's shortcuts")).
 TICK_PIPELINE = 100
 #: Conversations noted as created here and not claimed yet, at most (a hint: past it, the
 #: notes start over and those claims read snapshot and log one after the other, as any).
@@ -55,8 +55,9 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-#: The tag of a conversation, cached: every read of every subscriber names its keys (a SHA-256
-#: per read was 2.6 % of a 500-subscriber fan-out).
+#: The tag of a conversation, cached: every read of every subscriber names its keys (a SHA-256 per
+#: read was a visible share of a 500-subscriber fan-out's CPU: BENCHMARKS.md, "Costs behind the
+#: code's shortcuts").
 _tag = functools.lru_cache(maxsize=4096)(conversation_tag)
 
 

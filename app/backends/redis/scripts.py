@@ -57,11 +57,11 @@ return token
 #: longer owns the run. The nonce is stored on the batch's last entry: the same batch run again
 #: (redis-py retries a command whose reply was lost) answers its ids and writes nothing. Only
 #: a send that may repeat an earlier one looks for it: at one event per append (a slow
-#: stream's), the look (XREVRANGE of the newest entry) was ~40 % of the script's time (10.1
-#: against 6.1 us per call). An event's entry has no ``k`` field (readers default to ``e``),
-#: and the log is trimmed once per batch, not at each XADD: 1.62 -> 1.39-1.47 us per event in
-#: a 64-event batch. The nonce's entry is written apart from the loop, which then builds no
-#: field list per event for it (``unpack``): 1.62 -> 1.53 us per event in a 330-event batch.
+#: stream's), the look (XREVRANGE of the newest entry) was a large part of the script's time.
+#: An event's entry has no ``k`` field (readers default to ``e``), and the log is trimmed once
+#: per batch, not at each XADD. The nonce's entry is written apart from the loop, which then
+#: builds no field list per event for it (``unpack``). Each of these made the script cheaper per
+#: event (BENCHMARKS.md, "Costs behind the code's shortcuts").
 APPEND: Final = """
 local n = tonumber(ARGV[7])
 local nonce = ARGV[8 + 4 * n] or ''

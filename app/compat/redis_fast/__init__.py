@@ -1,7 +1,7 @@
 """redis-py's fast paths: the gateway's Redis client past redis-py's per-command layers.
 
-Measured (``bench/redis_fast_paths_bench.py``, BENCHMARKS.md "Redis fast paths"): the public
-path costs more than 10 % on headline Redis figures, so these stay, behind
+Measured (BENCHMARKS.md, "Redis fast paths"; ``bench/ab_trees.py`` compares the trees): the
+public path costs more than 10 % on headline Redis figures, so these stay, behind
 :func:`fast_paths_usable` (the start-up check) and ``[gateway] fast_paths``. ``redis`` is
 pinned exactly in ``pyproject.toml``.
 

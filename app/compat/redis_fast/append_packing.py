@@ -2,11 +2,10 @@
 
 An append sends four arguments per event (kind, data, type, run id: ``EventLog._args``), and
 three of them repeat from event to event: the kind, the type and the run id. hiredis packs each
-argument anew (a length header formatted per argument: ~0.09 µs each, 0.34 µs per event in a
-330-event append, 0.58 µs in the gateway under load, the largest Redis-only cost per event of a
-fast stream). Here an event is ``kind + data's length header``, ``data``, ``type + run id``,
-the first and the last looked up by value: 0.17 µs per event, the same bytes (the test packs
-both ways).
+argument anew (a length header formatted per argument: the largest Redis-only cost per event
+of a fast stream). Here an event is ``kind + data's length header``, ``data``, ``type + run
+id``, the first and the last looked up by value: cheaper per event, the same bytes (the
+test packs both ways) (BENCHMARKS.md, "Costs behind the code's shortcuts").
 """
 
 from __future__ import annotations
@@ -23,9 +22,10 @@ CACHE_LIMIT = 4096
 
 _heads: dict[tuple[str, int], bytes] = {}
 _tails: dict[tuple[str, str], bytes] = {}
-#: The seven header arguments of an append without a snapshot, packed, by their values: the
-#: same for every append of a run but for n (a slow stream's append carries one event, and
-#: its header was 7 of its 13 arguments packed: 2.7 -> 1.0 µs for such an append).
+#: The seven header arguments of an append without a snapshot, packed, by their values: the same for
+#: every append of a run but for n (a slow stream's append carries one event, and its header was 7
+#: of its 13 arguments packed; cached, such an append packs much faster: BENCHMARKS.md, "Costs
+#: behind the code's shortcuts").
 _headers: dict[tuple[Any, ...], bytes] = {}
 #: The last argument (fresh or not), packed.
 _flags: dict[Any, bytes] = {}

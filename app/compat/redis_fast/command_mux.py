@@ -1,14 +1,13 @@
 """Plain commands of every task share round trips: one held connection, one write per loop turn.
 
-A run with a subscriber makes ~17 round trips of its own (limits, meta, claim, saves, release,
-the subscriber's reads), and one on a connection of its own cost the gateway ~22 µs of CPU
-however many others were in flight (a write, a wake-up, a read, redis-py's reply path, the
-pool). Here the commands that tasks submit in one loop turn (and while a round trip is in
+A run with a subscriber makes over a dozen round trips of its own (limits, meta, claim, saves,
+release, the subscriber's reads), and each one on a connection of its own cost the gateway the
+same CPU however many others were in flight (a write, a wake-up, a read, redis-py's reply path,
+the pool). Here the commands that tasks submit in one loop turn (and while a round trip is in
 flight) go out in one write on one connection, and each chunk read is parsed at once by a
 hiredis reader whose replies settle the callers' futures in order, as ``ScriptPipeline`` does
-for the append script. Measured (CPU per call, 10 / 50 callers at once): an ``HGET`` 22.6 /
-22.1 -> 8.0 / 6.0 µs, a pipeline of three commands 39.7 / 51.9 -> 16.8 / 14.2 µs; a start of
-a 2-delta run with a subscriber through the ASGI app, 50 at once, 2.4-2.6 -> 1.9-2.1 ms.
+for the append script. This cuts the CPU of a call, and of a run start under
+load (BENCHMARKS.md, "Costs behind the code's shortcuts").
 
 Only commands named in :data:`MUXED` come here, each with its caller's own reply or error: data
 commands that neither block (no ``XREAD``, ``BLPOP``) nor change the connection's state (no
@@ -104,9 +103,9 @@ _PLAIN: Final = frozenset({str, bytes, int})
 
 
 def _packed(conn: AbstractConnection, batch: list[_Submission]) -> list[bytes]:
-    """The batch's commands as RESP: by hiredis at once when every argument is a str, bytes or
-    int and the name is one word (a command's arguments packed one by one through the encoder
-    were ~2 µs of the ~6 a call costs here), else by the connection (floats, ``XINFO STREAM``)."""
+    """The batch's commands as RESP: by hiredis at once when every argument is a str, bytes or int
+    and the name is one word (a command's arguments packed one by one through the encoder were a
+    large part of what a call costs here), else by the connection (floats, ``XINFO STREAM``)."""
     pack = cast(Callable[..., list[bytes]], conn.pack_command)  # untyped upstream
     out: list[bytes] = []
     for submission in batch:

@@ -1,16 +1,16 @@
 """A command on an idle pooled connection goes straight to it, past redis-py's per-command layers.
 
-redis-py 8's asyncio ``execute_command`` wraps every command in observability recorders, a
-retry closure, an event dispatch, and a pool checkout that probes the socket with a zero-timeout
-read under a lock and a timeout: measured here, ~90 µs of CPU a command on top of the ~120 µs
-that sending it and reading its reply cost (a run's start is ~60 commands). When an idle
+redis-py 8's asyncio ``execute_command`` wraps every command in observability recorders, a retry
+closure, an event dispatch, and a pool checkout that probes the socket with a zero-timeout read
+under a lock and a timeout: a large cost on top of sending the command and reading its reply, and a
+run's start is dozens of commands (BENCHMARKS.md, "Costs behind the code's shortcuts"). When an idle
 connected connection is at hand, :class:`LeanRedis` sends the command on it and parses the reply
 with redis-py's own code (response callbacks, errors). A connection error hands the command to
 redis-py's full path (reconnect, retries with backoff), which is what redis-py's retry would have
-done with it; the connection was already closed by redis-py, as on its own path. A plain
-pipeline (no ``MULTI``, ``WATCH`` or scripts to load) is sent the same way; everything else
-(transactions, pub/sub, a pool with no idle connection) takes redis-py's path unchanged. A
-connection holding a reply nobody read is never lent (the full checkout reconnects it).
+done with it; the connection was already closed by redis-py, as on its own path. A plain pipeline
+(no ``MULTI``, ``WATCH`` or scripts to load) is sent the same way; everything else (transactions,
+pub/sub, a pool with no idle connection) takes redis-py's path unchanged. A connection holding a
+reply nobody read is never lent (the full checkout reconnects it).
 
 Connections of the pool also send without ``asyncio.wait_for``, which wraps each write in a new
 task (two more turns of the loop a command); the write's timeout is an ``asyncio.timeout``.
@@ -18,7 +18,8 @@ A command sent the lean way has no per-write or per-read timer at all: its conne
 timeout is checked by the pool's one watchdog (:class:`Deadlines`), which aborts the connection
 of a command past it, so its read fails and the command takes redis-py's path, as after a read
 timeout. An ``asyncio.timeout`` per send and per read (a timer scheduled and cancelled each) was
-~5 % of a Redis gateway's CPU at 50 conversations starting a run each.
+a visible share of a Redis gateway's CPU when many conversations start runs at once
+(BENCHMARKS.md, "Costs behind the code's shortcuts").
 
 Before any of that, a data command (or a plain pipeline of them) goes to the client's command
 mux when it has one (:mod:`.command_mux`: every task's commands share round trips on one held
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 # The types redis-py's untyped methods are cast to, built once: a ``Callable[...]`` written in
-# a ``cast`` is built at every call (~0.7 µs each, a few per command).
+# a ``cast`` is built at every call, a few times per command.
 _Step = Callable[[], Awaitable[None]]
 _Check = Callable[[], bool]
 _Command = Callable[..., Awaitable[Any]]

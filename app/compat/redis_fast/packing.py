@@ -1,12 +1,12 @@
 """Commands are packed by hiredis (C), not by redis-py's asyncio connection (Python).
 
 redis-py's asyncio ``pack_command`` joins each argument onto a growing buffer in Python: for an
-append of 64 events (4 arguments each) that was ~10 % of the gateway's CPU on a Redis stream
-(py-spy, one 20,000-chunk stream). Its synchronous client already packs with hiredis when it is
-installed; this gives the asyncio connections of our pool the same, byte for byte: the command
-name split as redis-py splits it, numbers and views through the connection's own encoder, and
-str and bytes handed to hiredis as they are while that encoder is strict UTF-8 (the default),
-which is how hiredis encodes str too.
+append of 64 events (4 arguments each) that was a large share of the gateway's CPU on a Redis stream
+(BENCHMARKS.md, "Costs behind the code's shortcuts"). Its synchronous client already packs with
+hiredis when it is installed; this gives the asyncio connections of our pool the same, byte for
+byte: the command name split as redis-py splits it, numbers and views through the connection's own
+encoder, and str and bytes handed to hiredis as they are while that encoder is strict UTF-8 (the
+default), which is how hiredis encodes str too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["pack_plain_commands", "pack_with_hiredis", "plain_utf8"]
 _pack_command = cast(Callable[[tuple[bytes | str | int, ...]], bytes], hiredis.pack_command)
 _UTF8 = frozenset({"utf-8", "utf8"})
 #: The encoder's (untyped) ``encode``, as cast once here: a ``Callable[...]`` written in the
-#: ``cast`` is built at every call (~0.6 µs, once per command).
+#: ``cast`` is built at every call, once per command.
 _Encode = Callable[[Any], bytes | memoryview]
 
 
@@ -62,10 +62,11 @@ def pack_with_hiredis(pool: ConnectionPool) -> None:
 def pack_plain_commands(
     conn: AbstractConnection, commands: Sequence[tuple[str | bytes | int, ...]]
 ) -> list[bytes]:
-    """``conn.pack_commands(commands)`` for commands whose arguments are all ``str``, ``bytes``
-    or ``int``: one hiredis call per command, no per-argument Python (an append's ~20
-    arguments: ~5 µs instead of ~20). hiredis writes an int as its decimal digits, as the
-    encoder does; under an encoder that is not strict UTF-8 this is the connection's own."""
+    """``conn.pack_commands(commands)`` for commands whose arguments are all ``str``, ``bytes`` or
+    ``int``: one hiredis call per command, no per-argument Python (an append's twenty-odd arguments
+    at a fraction of the cost (BENCHMARKS.md, "Costs behind the code's shortcuts")). hiredis writes
+    an int as its decimal digits, as the encoder does; under an encoder that is not strict UTF-8
+    this is the connection's own."""
     if plain_utf8(conn):
         return [b"".join([_pack_command(command) for command in commands])]
     return conn.pack_commands(commands)

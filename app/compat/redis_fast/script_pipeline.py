@@ -11,9 +11,8 @@ connects it: TLS, AUTH, HELLO, SELECT) and handed back by :meth:`ScriptPipeline.
 it works, the pipeline drives that connection's socket itself (:mod:`.wire`): a pipeline is
 written from a loop callback, and each chunk read is parsed at once by a hiredis reader whose
 replies settle the calls, so a round trip costs no task, no per-read stream layers and no
-per-round-trip timer (one watchdog checks the deadline of the round trip in flight): the
-append path alone (``bench/redis_appends_bench.py --c 40``, ~2,100 round trips for 6,040
-appends) went from 0.52-0.57 to 0.47-0.49 s of CPU, ~25-40 µs less per round trip.
+per-round-trip timer (one watchdog checks the deadline of the round trip in flight), which
+took a clear share off the append path's CPU (BENCHMARKS.md, "Costs behind the code's shortcuts").
 
 Anything unusual takes redis-py's path (:meth:`ScriptPipeline._slowly`): the first connect, a
 connection lost or timed out with a pipeline in flight (sent again on a new connection under

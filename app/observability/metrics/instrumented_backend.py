@@ -52,9 +52,10 @@ class InstrumentedBackend(DelegatingBackend):
         return children
 
     async def append_batch(self, ref: ConversationRef, items: Sequence[LogItem]) -> list[LogEntry]:
-        # Written out: this runs once per upstream read (once per delta at 50 deltas/s).
-        # In a capacity profile the wrapper cost ~0.9x the memory append it wrapped; about
-        # half of that is the histogram (kept), the rest its coroutine and op lookup (gone).
+        # Written out: this runs once per upstream read (once per delta at 50 deltas/s). In a
+        # capacity profile the wrapper cost about as much as the memory append it wrapped
+        # (BENCHMARKS.md, "Costs behind the code's shortcuts"); part of that is the histogram
+        # (kept), the rest its coroutine and op lookup (gone).
         children = self._append_children or self._append_metrics()
         clock = self._metrics.clock
         start = clock()
