@@ -24,7 +24,7 @@ from redis.commands.core import AsyncScript
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import ABORT, COMMAND, END, ENDED, POLL
-from app.backends.redis.tasks import stop_task
+from app.tasks import stop_task
 
 log = logging.getLogger(__name__)
 

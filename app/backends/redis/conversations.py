@@ -10,7 +10,7 @@ import orjson
 from redis.exceptions import NoScriptError, RedisError
 
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import RedisInstance, RedisRole, text
 from app.backends.redis.keys import principal_index_key, ref_value
 from app.backends.redis.limits import (
     RESERVE_CONVERSATION,
@@ -27,9 +27,9 @@ from app.ids import new_token
 __all__ = ["RedisConversations"]
 
 
-class RedisConversations(ConversationStore):
+class RedisConversations(RedisRole, ConversationStore):
     def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
+        super().__init__(instance)
         self._create = instance.redis.register_script(CREATE)
         self._restore = instance.redis.register_script(RESTORE)
         self._save_meta = instance.redis.register_script(SAVE_META)

@@ -11,7 +11,7 @@ import orjson
 
 from app.backends.redis.control import IN_FLIGHT_REFUSALS, command_target
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance
+from app.backends.redis.instance import RedisRole
 from app.backends.roles import RunSignals
 from app.backends.types import ConversationRef
 from app.errors import BY_CODE
@@ -21,10 +21,7 @@ from providers.contract import Command
 __all__ = ["RedisRunSignals"]
 
 
-class RedisRunSignals(RunSignals):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisRunSignals(RedisRole, RunSignals):
     async def request_abort(
         self,
         ref: ConversationRef,

@@ -19,7 +19,7 @@ from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import ZERO_ID, Entry, Fenced, FencedWriter
 from app.backends.redis.idempotency import remembered
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import RedisRole, text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
@@ -36,10 +36,7 @@ __all__ = ["RedisRunSlots"]
 RELEASE_RETRY_SECONDS = 0.1
 
 
-class RedisRunSlots(RunSlots):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisRunSlots(RedisRole, RunSlots):
     async def claim_run(
         self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
     ) -> bool:
