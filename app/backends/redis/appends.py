@@ -25,9 +25,10 @@ from app.backends.redis.eventlog import (
     Pending,
     SnapshotWrite,
 )
-from app.backends.redis.instance import RedisRole, text
+from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.role import RedisRole
 from app.backends.redis.state import ConversationState
 from app.backends.roles import EventAppender
 from app.backends.types import AppendDone, ConversationRef, LogEntry, LogItem

@@ -15,7 +15,7 @@ lost-run listeners) is written here.
   snapshot plus the stream tail (:mod:`.state`, :mod:`.snapshots`).
 - Runs: a claim is a fenced lease (:mod:`.run_slots`, :mod:`.claims`), renewed by
   :mod:`.lease`; aborts and commands from any instance reach the owner through a flag/list it
-  polls plus a pub/sub wake-up (:mod:`.run_signals`, :mod:`.control`).
+  polls plus a pub/sub wake-up (:mod:`.control`).
 - Lost owner: a run record whose lease expired is taken over under a new fencing token and ended
   with ``run.failed`` ``gateway_instance_lost`` (:mod:`.reaper`, :mod:`.lost_run`).
 - Enqueued runs: a cluster-wide FIFO of tickets, each stored with its run's request, orders
@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from app.backends.base import Backend
 from app.backends.redis.appends import RedisAppends
+from app.backends.redis.control import RedisRunSignals
 from app.backends.redis.conversations import RedisConversations
 from app.backends.redis.errors import RunFenced
 from app.backends.redis.idempotency import RedisIdempotency
@@ -44,7 +45,6 @@ from app.backends.redis.instance import RedisInstance
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys
 from app.backends.redis.queued_runs import RedisQueuedRuns
 from app.backends.redis.reads import RedisReads
-from app.backends.redis.run_signals import RedisRunSignals
 from app.backends.redis.run_slots import RedisRunSlots
 from app.backends.redis.snapshots import RedisSnapshots
 from app.backends.redis.tasks import every

@@ -10,7 +10,7 @@ import orjson
 from redis.exceptions import NoScriptError, RedisError
 
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance, RedisRole, text
+from app.backends.redis.instance import RedisInstance, text
 from app.backends.redis.keys import principal_index_key, ref_value
 from app.backends.redis.limits import (
     RESERVE_CONVERSATION,
@@ -18,6 +18,7 @@ from app.backends.redis.limits import (
     RedisLimits,
     reservation_fresh,
 )
+from app.backends.redis.role import RedisRole
 from app.backends.redis.script_batch import ScriptCall, evalsha_in, settle
 from app.backends.redis.scripts import CREATE, RESTORE, SAVE_META
 from app.backends.roles import ConversationStore

@@ -10,9 +10,9 @@ from __future__ import annotations
 import orjson
 
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisRole
 from app.backends.redis.keys import ConversationKeys, idempotency_key
 from app.backends.redis.queue import Remembered
+from app.backends.redis.role import RedisRole
 from app.backends.roles import IdempotencyStore
 from app.backends.types import AcceptedAnswer, ConversationRef, IdempotencyRecord
 

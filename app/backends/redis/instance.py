@@ -2,7 +2,7 @@
 
 The client and the script wrappers, the runs this instance owns, its log readers, its queue
 tickets and the state cache. The roles (:mod:`.conversations`, :mod:`.appends`, :mod:`.reads`,
-:mod:`.snapshots`, :mod:`.run_slots`, :mod:`.run_signals`, :mod:`.queued_runs`,
+:mod:`.snapshots`, :mod:`.run_slots`, :mod:`.control`, :mod:`.queued_runs`,
 :mod:`.idempotency`) all act on one :class:`RedisInstance`.
 """
 
@@ -38,7 +38,7 @@ from app.backends.redis.tickets import TicketKeeper
 from app.backends.types import ConversationRef, LogEntry
 from app.ids import new_token
 
-__all__ = ["RedisInstance", "RedisRole", "text"]
+__all__ = ["RedisInstance", "text"]
 
 log = logging.getLogger("app.backends.redis")
 
@@ -63,18 +63,6 @@ _tag = functools.lru_cache(maxsize=4096)(conversation_tag)
 @functools.lru_cache(maxsize=4096)
 def _keys(prefix: str, principal: str | None, key: str) -> ConversationKeys:
     return ConversationKeys(prefix, _tag(principal, key))
-
-
-class RedisRole:
-    """One role of the Redis backend, acting on the instance's one :class:`RedisInstance`.
-
-    :class:`.backend.RedisBackend` inherits every role, so an operation of the interface is the
-    role's own method, reached without a forward; a role that sets up more (its scripts)
-    calls ``super().__init__(instance)``.
-    """
-
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
 
 
 class RedisInstance:

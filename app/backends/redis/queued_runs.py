@@ -16,7 +16,7 @@ from app.backends.redis.adoption import encode_request
 from app.backends.redis.claims import Token
 from app.backends.redis.errors import unavailable
 from app.backends.redis.idempotency import remembered
-from app.backends.redis.instance import RedisRole
+from app.backends.redis.role import RedisRole
 from app.backends.roles import QueuedRuns
 from app.backends.types import AcceptedAnswer, ConversationRef, QueuedRun, RunAdopter
 

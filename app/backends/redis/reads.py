@@ -14,8 +14,9 @@ from app.backends.redis.cursors import make_cursor, parse_cursor
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import parse_id
 from app.backends.redis.fanout import LogReader, SinkWait
-from app.backends.redis.instance import RedisRole, text
+from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.role import RedisRole
 from app.backends.roles import EventReader
 from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult, ReadSink
 

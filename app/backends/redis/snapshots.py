@@ -16,7 +16,8 @@ import orjson
 from app.backends.redis.claims import Token
 from app.backends.redis.cursors import make_cursor
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisRole, text
+from app.backends.redis.instance import text
+from app.backends.redis.role import RedisRole
 from app.backends.redis.state import ConversationState
 from app.backends.roles import Snapshots
 from app.backends.types import ConversationMeta, ConversationRef, Snapshot
