@@ -21,7 +21,7 @@ from app.backends import Backend
 from app.backends.delegating import DelegatingBackend, backend_operations
 from app.backends.memory import MemoryBackend
 from app.backends.redis import RedisBackend
-from app.backends.redis.instance import RedisRole
+from app.backends.redis.role import RedisRole
 from app.backends.types import LogEntry
 from app.observability.metrics import GatewayMetrics, InstrumentedBackend
 
