@@ -2,6 +2,7 @@
 start-up check (``providers.compat.probe``); ``[gateway] fast_paths = false`` forces the public
 paths."""
 
+from providers.compat.asyncio_fast import ASYNCIO
 from providers.compat.h11_fast import H11
 from providers.compat.httpcore_fast import HTTPCORE
 from providers.compat.httpx_fast import HTTPX
@@ -15,3 +16,4 @@ def check_fast_paths() -> None:
     HTTPX.internals()
     HTTPCORE.internals()
     H11.internals()
+    ASYNCIO.internals()

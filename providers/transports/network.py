@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 import httpcore
 from httpcore import AsyncNetworkBackend, AsyncNetworkStream
 
+from providers.compat.asyncio_fast import buffered
+
 __all__ = ["AsyncioBackend", "AsyncioStream", "ReadWatchdog", "wait_within"]
 
 T = TypeVar("T")
@@ -199,15 +201,9 @@ class AsyncioStream(AsyncNetworkStream):
                 reader.at_eof()
                 or reader.exception() is not None
                 or writer.transport.is_closing()
-                or _buffered(reader)
+                or buffered(reader)
             )
         return None
-
-
-def _buffered(reader: asyncio.StreamReader) -> bool:
-    """Whether ``reader`` holds bytes nobody asked for (an idle connection must not)."""
-    buffer = getattr(reader, "_buffer", None)
-    return bool(buffer)
 
 
 def _apply(writer: asyncio.StreamWriter, options: Iterable[SocketOption] | None) -> None:

@@ -25,9 +25,10 @@ from app.backends.redis.eventlog import (
     Pending,
     SnapshotWrite,
 )
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.role import RedisRole
 from app.backends.redis.state import ConversationState
 from app.backends.roles import EventAppender
 from app.backends.types import AppendDone, ConversationRef, LogEntry, LogItem
@@ -79,9 +80,9 @@ def _fold(state: ConversationState, items: Sequence[LogItem]) -> None:
             state.extensions[item.key] = item.value
 
 
-class RedisAppends(EventAppender):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
+class RedisAppends(RedisRole, EventAppender):
+    inline_appends = True
+    appends_wait = True
 
     async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
         (entry,) = await self.append_batch(ref, [LogItem.of_event(event)])

@@ -1,7 +1,10 @@
 """The Redis backend: several gateway instances serve one conversation, nothing is lost.
 
 A thin composition: each role of :class:`app.backends.base.Backend` is implemented in its own
-module, all acting on one :class:`.instance.RedisInstance`.
+module, all acting on one :class:`.instance.RedisInstance`. :class:`RedisBackend` inherits
+every role (:class:`.instance.RedisRole`), so each operation is the role's own method, not a
+forward; only what belongs to the whole backend (start, close, ping, the webhook outbox, the
+lost-run listeners) is written here.
 
 - Conversations and listing: :mod:`.conversations`; idempotency: :mod:`.idempotency`.
 - Log: one Redis Stream per conversation (:mod:`.eventlog`), cursors in :mod:`.cursors`;
@@ -12,7 +15,7 @@ module, all acting on one :class:`.instance.RedisInstance`.
   snapshot plus the stream tail (:mod:`.state`, :mod:`.snapshots`).
 - Runs: a claim is a fenced lease (:mod:`.run_slots`, :mod:`.claims`), renewed by
   :mod:`.lease`; aborts and commands from any instance reach the owner through a flag/list it
-  polls plus a pub/sub wake-up (:mod:`.run_signals`, :mod:`.control`).
+  polls plus a pub/sub wake-up (:mod:`.control`).
 - Lost owner: a run record whose lease expired is taken over under a new fencing token and ended
   with ``run.failed`` ``gateway_instance_lost`` (:mod:`.reaper`, :mod:`.lost_run`).
 - Enqueued runs: a cluster-wide FIFO of tickets, each stored with its run's request, orders
@@ -28,53 +31,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Sequence
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.backends.base import Backend
 from app.backends.redis.appends import RedisAppends
+from app.backends.redis.control import RedisRunSignals
 from app.backends.redis.conversations import RedisConversations
 from app.backends.redis.errors import RunFenced
 from app.backends.redis.idempotency import RedisIdempotency
 from app.backends.redis.instance import RedisInstance
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys
-from app.backends.redis.limits import RedisLimits
 from app.backends.redis.queued_runs import RedisQueuedRuns
 from app.backends.redis.reads import RedisReads
-from app.backends.redis.run_signals import RedisRunSignals
 from app.backends.redis.run_slots import RedisRunSlots
 from app.backends.redis.snapshots import RedisSnapshots
-from app.backends.redis.tasks import every, stop_task
+from app.backends.redis.tasks import every
 from app.backends.redis.webhook_outbox import RedisWebhookOutbox
-from app.backends.types import (
-    AcceptedAnswer,
-    AppendDone,
-    ConversationMeta,
-    ConversationRef,
-    IdempotencyRecord,
-    LogEntry,
-    LogItem,
-    QueuedRun,
-    ReadResult,
-    ReadSink,
-    RunAdopter,
-    RunControl,
-    Snapshot,
-)
+from app.backends.types import ConversationRef
 from app.backends.webhook_outbox import LostRunListener
-from core.runs import AbortReason
-from providers.contract import Command
+from app.tasks import stop_task
 
 __all__ = ["RedisBackend", "RunFenced"]
 
 
-class RedisBackend(Backend):
-    inline_appends = True
-    appends_wait = True
-
+class RedisBackend(
+    RedisConversations,
+    RedisAppends,
+    RedisReads,
+    RedisSnapshots,
+    RedisRunSlots,
+    RedisRunSignals,
+    RedisQueuedRuns,
+    RedisIdempotency,
+    Backend,
+):
     def __init__(
         self,
         redis: Redis,
@@ -101,20 +93,13 @@ class RedisBackend(Backend):
             reader_window=reader_window,
             conversation_ttl_seconds=conversation_ttl_seconds,
         )
+        super().__init__(i)  # every role acts on this one instance
         # The instance's parts, named here for operators, benchmarks and tests.
         self.redis, self.prefix, self.instance_id = i.redis, i.prefix, i.instance_id
         self.lease_ttl_ms = i.lease_ttl_ms
         self.log, self.ownership, self.control, self.queue = i.log, i.ownership, i.control, i.queue
         self.bus, self.states, self.reaper, self.hub = i.bus, i.states, i.reaper, i.hub
         self._owned = i.owned
-        self.conversations = RedisConversations(i)
-        self.appends = RedisAppends(i)
-        self.reads = RedisReads(i)
-        self.snapshots = RedisSnapshots(i)
-        self.run_slots = RedisRunSlots(i)
-        self.run_signals = RedisRunSignals(i)
-        self.queued = RedisQueuedRuns(i)
-        self.idempotency = RedisIdempotency(i)
         self._sweeper: asyncio.Task[None] | None = None
         self._outbox: RedisWebhookOutbox | None = None
         self._adopter: asyncio.Task[None] | None = None
@@ -167,147 +152,6 @@ class RedisBackend(Backend):
             return bool(await asyncio.wait_for(self.instance.redis.ping(), timeout=1.0))
         except (RedisError, OSError, TimeoutError):
             return False
-
-    # --- conversations -------------------------------------------------------------------
-    async def create_conversation(self, ref: ConversationRef, meta: ConversationMeta) -> bool:
-        return await self.conversations.create_conversation(ref, meta)
-
-    async def restore_conversation(
-        self,
-        ref: ConversationRef,
-        meta: ConversationMeta,
-        state: dict[str, Any],
-        extensions: dict[str, Any],
-    ) -> bool:
-        return await self.conversations.restore_conversation(ref, meta, state, extensions)
-
-    async def get_meta(self, ref: ConversationRef) -> ConversationMeta | None:
-        return await self.conversations.get_meta(ref)
-
-    async def save_meta(
-        self, ref: ConversationRef, meta: ConversationMeta, *, keep_title: bool = False
-    ) -> None:
-        await self.conversations.save_meta(ref, meta, keep_title=keep_title)
-
-    async def delete(self, ref: ConversationRef) -> bool:
-        return await self.conversations.delete(ref)
-
-    async def list_conversations(self, principal: str) -> list[tuple[str, ConversationMeta]]:
-        return await self.conversations.list_conversations(principal)
-
-    async def reserve_conversation(self, ref: ConversationRef, limit: int) -> bool:
-        return await self.conversations.reserve_conversation(ref, limit)
-
-    def limit_store(self) -> RedisLimits:
-        return self.conversations.limit_store()
-
-    # --- log and state -------------------------------------------------------------------
-    async def append_event(self, ref: ConversationRef, event: dict[str, Any]) -> LogEntry:
-        return await self.appends.append_event(ref, event)
-
-    async def append_extension(self, ref: ConversationRef, key: str, value: Any) -> LogEntry:
-        return await self.appends.append_extension(ref, key, value)
-
-    def append_batch(
-        self, ref: ConversationRef, items: Sequence[LogItem]
-    ) -> Coroutine[Any, Any, list[LogEntry]]:
-        # The appender's own coroutine, not one wrapping it: a frame less for every append
-        # of every run to pass through, twice.
-        return self.appends.append_batch(ref, items)
-
-    def append_soon(self, ref: ConversationRef, items: Sequence[LogItem], done: AppendDone) -> bool:
-        return self.appends.append_soon(ref, items, done)
-
-    async def snapshot(self, ref: ConversationRef) -> Snapshot | None:
-        return await self.snapshots.snapshot(ref)
-
-    async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
-        return await self.snapshots.run_issues(ref, run_id)
-
-    async def head_cursor(self, ref: ConversationRef) -> str:
-        return await self.reads.head_cursor(ref)
-
-    async def read(
-        self,
-        ref: ConversationRef,
-        after: str,
-        *,
-        limit: int,
-        wait: float,
-        sink: ReadSink | None = None,
-    ) -> ReadResult:
-        return await self.reads.read(ref, after, limit=limit, wait=wait, sink=sink)
-
-    def wake_readers(self) -> None:
-        self.reads.wake_readers()
-
-    # --- runs ----------------------------------------------------------------------------
-    async def claim_run(
-        self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
-    ) -> bool:
-        return await self.run_slots.claim_run(ref, control, answer)
-
-    async def release_run(self, ref: ConversationRef, run_id: str) -> None:
-        await self.run_slots.release_run(ref, run_id)
-
-    async def active_run(self, ref: ConversationRef) -> str | None:
-        return await self.run_slots.active_run(ref)
-
-    async def wait_run_slot(self, ref: ConversationRef, wait: float) -> None:
-        await self.run_slots.wait_run_slot(ref, wait)
-
-    async def request_abort(
-        self, ref: ConversationRef, run_id: str | None, reason: AbortReason = "aborted"
-    ) -> str | None:
-        return await self.run_signals.request_abort(ref, run_id, reason)
-
-    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
-        return await self.run_signals.end_run(ref, run_id)
-
-    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
-        return await self.run_signals.send_command(ref, run_id, command)
-
-    # --- the queue of enqueued runs --------------------------------------------------------
-    async def enqueue_run(
-        self,
-        ref: ConversationRef,
-        run: QueuedRun,
-        *,
-        limit: int | None,
-        interrupt: bool = False,
-        answer: AcceptedAnswer | None = None,
-    ) -> bool:
-        return await self.queued.enqueue_run(
-            ref, run, limit=limit, interrupt=interrupt, answer=answer
-        )
-
-    async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:
-        return await self.queued.drop_run(ref, run_id)
-
-    def run_dropped(self, ref: ConversationRef, run_id: str) -> bool:
-        return self.queued.run_dropped(ref, run_id)
-
-    async def queued_runs(self, ref: ConversationRef) -> int:
-        return await self.queued.queued_runs(ref)
-
-    async def is_queued(self, ref: ConversationRef, run_id: str) -> bool:
-        return await self.queued.is_queued(ref, run_id)
-
-    def on_adopted_runs(self, adopter: RunAdopter) -> None:
-        self.queued.on_adopted_runs(adopter)
-
-    # --- idempotency ---------------------------------------------------------------------
-    async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
-        return await self.idempotency.idempotency_get(scope)
-
-    async def idempotency_put(self, scope: str, record: IdempotencyRecord, ttl: float) -> bool:
-        return await self.idempotency.idempotency_put(scope, record, ttl)
-
-    async def idempotency_refresh(self, scope: str, ttl: float) -> bool:
-        return await self.idempotency.idempotency_refresh(scope, ttl)
-
-    async def accepted_answer(self, ref: ConversationRef, scope: str) -> IdempotencyRecord | None:
-        return await self.idempotency.accepted_answer(ref, scope)
 
     # --- webhooks ------------------------------------------------------------------------
     def webhook_outbox(self) -> RedisWebhookOutbox:

@@ -1,4 +1,9 @@
-"""Control from any instance to the run's owner: abort and commands.
+"""Control from any instance to the run's owner: abort and commands, both sides.
+
+The requester's side is :class:`RedisRunSignals` (the backend's ``RunSignals`` role): straight
+to a run this instance owns, else through Redis; an abort of a queued run marks its ticket
+cancelled (it ends in its turn); ``end_run`` is the owner's side of the abort race (END
+script). The owner's side is :class:`OwnerInbox`, which calls the run's ``RunControl.abort``.
 
 Abort = an abort flag the owner polls + a pub/sub wake-up; commands = a list the owner pops +
 the same wake-up. Pub/sub only makes delivery fast: losing a message (reconnect, slow consumer)
@@ -17,14 +22,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.role import RedisRole
 from app.backends.redis.scripts import ABORT, COMMAND, END, ENDED, POLL
-from app.backends.redis.tasks import stop_task
+from app.backends.roles import RunSignals
+from app.backends.types import ConversationRef
+from app.errors import BY_CODE
+from app.tasks import stop_task
+from core.runs import AbortReason
+from providers.contract import Command
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +212,8 @@ class ControlBus:
 class OwnerInbox:
     """What the owner of one run listens to: the abort flag and the command list.
 
-    ``on_abort(reason)`` is called once; ``on_command(json bytes)`` for every command, in order.
+    ``on_abort(reason)`` (the run's ``RunControl.abort``) is called once;
+    ``on_command(json bytes)`` for every command, in order.
     Pub/sub wake-ups make it immediate; a poll every ``poll_interval`` makes it certain. With a
     bus, the bus polls it together with the instance's other runs (``poll_interval`` is the
     bus's); without one, it polls on its own.
@@ -211,7 +225,7 @@ class OwnerInbox:
         bus: ControlBus | None,
         keys: ConversationKeys,
         run_id: str,
-        on_abort: Callable[[str], None],
+        on_abort: Callable[[AbortReason], object],
         on_command: Callable[[bytes], Awaitable[None]],
         poll_interval: float = 0.1,
     ) -> None:
@@ -266,7 +280,7 @@ class OwnerInbox:
             run_id, _, reason = _s(flag).partition("|")
             if run_id == self.run_id and reason != ENDED:
                 self._aborted = True
-                self._on_abort(reason or "aborted")
+                self._on_abort(cast(AbortReason, reason or "aborted"))
         for raw in commands or ():
             await self._on_command(bytes(raw))
 
@@ -310,3 +324,49 @@ def command_target(payload: Mapping[str, Any]) -> str:
         if isinstance(value, str):
             return value
     return ""
+
+
+class RedisRunSignals(RedisRole, RunSignals):
+    async def request_abort(
+        self,
+        ref: ConversationRef,
+        run_id: str | None,
+        reason: AbortReason = "aborted",
+    ) -> str | None:
+        i = self._i
+        keys = i.keys(ref)
+        owned = i.owned.get(keys.tag)
+        if owned is not None and not owned.fenced and run_id in (None, owned.token.run_id):
+            # Ours: no round trip needed to reach the run (None once its end is decided).
+            return owned.token.run_id if owned.control.abort(reason) else None
+        with unavailable():
+            aborted = None
+            if await i.holder(keys) is not None:
+                aborted = await i.control.abort(keys, run_id, reason)
+            if aborted is None and run_id is not None:
+                # A queued run (of any instance) is cancelled: it logs that in its turn.
+                if await i.queue.cancel(keys, run_id, reason):
+                    return run_id
+            return aborted
+
+    async def end_run(self, ref: ConversationRef, run_id: str) -> str | None:
+        with unavailable():
+            return await self._i.control.end(self._i.keys(ref), run_id)
+
+    async def send_command(self, ref: ConversationRef, run_id: str, command: Command) -> bool:
+        i = self._i
+        keys = i.keys(ref)
+        owned = i.owned.get(keys.tag)
+        local = owned is not None and not owned.fenced and owned.token.run_id == run_id
+        target = command_target(command.payload)
+        body = None
+        if not local:
+            body = orjson.dumps({"type": command.type, "payload": dict(command.payload)})
+        with unavailable():
+            status = await i.control.command(keys, run_id, body, target)
+        if status == 2:
+            code, message = IN_FLIGHT_REFUSALS.get(command.type, ("run_not_running", "{}"))
+            raise BY_CODE[code](message.format(target))
+        if status == 1 and owned is not None and local:
+            owned.control.deliver(command)
+        return status == 1

@@ -18,6 +18,7 @@ from app.backends.redis.limits import (
     RedisLimits,
     reservation_fresh,
 )
+from app.backends.redis.role import RedisRole
 from app.backends.redis.script_batch import ScriptCall, evalsha_in, settle
 from app.backends.redis.scripts import CREATE, RESTORE, SAVE_META
 from app.backends.roles import ConversationStore
@@ -27,9 +28,9 @@ from app.ids import new_token
 __all__ = ["RedisConversations"]
 
 
-class RedisConversations(ConversationStore):
+class RedisConversations(RedisRole, ConversationStore):
     def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
+        super().__init__(instance)
         self._create = instance.redis.register_script(CREATE)
         self._restore = instance.redis.register_script(RESTORE)
         self._save_meta = instance.redis.register_script(SAVE_META)

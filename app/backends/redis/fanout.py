@@ -32,9 +32,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog, entries_from_reply, parse_id
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.tasks import stop_task
 from app.backends.sinks import offer
 from app.backends.types import FrozenEntry, LogEntry, ReadSink
+from app.tasks import stop_task
 from core.runs import RUN_TERMINAL_TYPES
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import orjson
 
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance
 from app.backends.redis.keys import ConversationKeys, idempotency_key
 from app.backends.redis.queue import Remembered
+from app.backends.redis.role import RedisRole
 from app.backends.roles import IdempotencyStore
 from app.backends.types import AcceptedAnswer, ConversationRef, IdempotencyRecord
 
@@ -43,10 +43,7 @@ def remembered(keys: ConversationKeys, answer: AcceptedAnswer | None) -> Remembe
     return keys.accepted(answer.scope), _encode(answer.record), _ttl_ms(answer.ttl)
 
 
-class RedisIdempotency(IdempotencyStore):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisIdempotency(RedisRole, IdempotencyStore):
     async def idempotency_get(self, scope: str) -> IdempotencyRecord | None:
         with unavailable():
             raw = await self._i.redis.get(idempotency_key(scope, self._i.prefix))

@@ -2,7 +2,7 @@
 
 The client and the script wrappers, the runs this instance owns, its log readers, its queue
 tickets and the state cache. The roles (:mod:`.conversations`, :mod:`.appends`, :mod:`.reads`,
-:mod:`.snapshots`, :mod:`.run_slots`, :mod:`.run_signals`, :mod:`.queued_runs`,
+:mod:`.snapshots`, :mod:`.run_slots`, :mod:`.control`, :mod:`.queued_runs`,
 :mod:`.idempotency`) all act on one :class:`RedisInstance`.
 """
 

@@ -12,7 +12,7 @@ import time
 
 from app.backends.redis.claims import Ownership, Token
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.tasks import stop_task
+from app.tasks import stop_task
 
 __all__ = ["LeaseKeeper"]
 

@@ -27,9 +27,9 @@ from app.backends.limit_store import SubscriberRefusal
 from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import conversation_tag
 from app.backends.redis.script_batch import call_together
-from app.backends.redis.tasks import stop_task
 from app.backends.types import ConversationRef
 from app.ids import new_token
+from app.tasks import stop_task
 
 __all__ = ["RedisLimits"]
 

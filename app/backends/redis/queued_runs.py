@@ -16,17 +16,14 @@ from app.backends.redis.adoption import encode_request
 from app.backends.redis.claims import Token
 from app.backends.redis.errors import unavailable
 from app.backends.redis.idempotency import remembered
-from app.backends.redis.instance import RedisInstance
+from app.backends.redis.role import RedisRole
 from app.backends.roles import QueuedRuns
 from app.backends.types import AcceptedAnswer, ConversationRef, QueuedRun, RunAdopter
 
 __all__ = ["RedisQueuedRuns"]
 
 
-class RedisQueuedRuns(QueuedRuns):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisQueuedRuns(RedisRole, QueuedRuns):
     async def enqueue_run(
         self,
         ref: ConversationRef,

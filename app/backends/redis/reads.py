@@ -14,8 +14,9 @@ from app.backends.redis.cursors import make_cursor, parse_cursor
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import parse_id
 from app.backends.redis.fanout import LogReader, SinkWait
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.role import RedisRole
 from app.backends.roles import EventReader
 from app.backends.types import EMPTY_CURSOR, ConversationRef, ReadResult, ReadSink
 
@@ -28,10 +29,7 @@ def _retrieve(lookup: asyncio.Future[str | None]) -> None:
         lookup.exception()
 
 
-class RedisReads(EventReader):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisReads(RedisRole, EventReader):
     async def head_cursor(self, ref: ConversationRef) -> str:
         keys = self._i.keys(ref)
         with unavailable():

@@ -19,10 +19,11 @@ from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import unavailable
 from app.backends.redis.eventlog import ZERO_ID, Entry, Fenced, FencedWriter
 from app.backends.redis.idempotency import remembered
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.role import RedisRole
 from app.backends.redis.state import TAIL_PAGE
 from app.backends.roles import RunSlots
 from app.backends.types import AcceptedAnswer, ConversationRef, RunControl
@@ -36,10 +37,7 @@ __all__ = ["RedisRunSlots"]
 RELEASE_RETRY_SECONDS = 0.1
 
 
-class RedisRunSlots(RunSlots):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisRunSlots(RedisRole, RunSlots):
     async def claim_run(
         self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
     ) -> bool:
@@ -105,9 +103,6 @@ class RedisRunSlots(RunSlots):
             data = orjson.loads(raw)
             control.deliver(Command(data["type"], data.get("payload") or {}))
 
-        def on_abort(reason: str) -> None:
-            control.abort(reason)  # type: ignore[arg-type]
-
         lost = asyncio.Event()
         # Appends that fail while Redis is unreachable are retried until the lease's deadline.
         keeper = LeaseKeeper(i.ownership, keys, token, lost, granted_at=claimed_at)
@@ -123,7 +118,7 @@ class RedisRunSlots(RunSlots):
                 i.bus,
                 keys,
                 control.run_id,
-                on_abort=on_abort,
+                on_abort=control.abort,
                 on_command=on_command,
                 poll_interval=i.poll_interval,
             ),

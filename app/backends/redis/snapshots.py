@@ -16,7 +16,8 @@ import orjson
 from app.backends.redis.claims import Token
 from app.backends.redis.cursors import make_cursor
 from app.backends.redis.errors import unavailable
-from app.backends.redis.instance import RedisInstance, text
+from app.backends.redis.instance import text
+from app.backends.redis.role import RedisRole
 from app.backends.redis.state import ConversationState
 from app.backends.roles import Snapshots
 from app.backends.types import ConversationMeta, ConversationRef, Snapshot
@@ -24,10 +25,7 @@ from app.backends.types import ConversationMeta, ConversationRef, Snapshot
 __all__ = ["RedisSnapshots"]
 
 
-class RedisSnapshots(Snapshots):
-    def __init__(self, instance: RedisInstance) -> None:
-        self._i = instance
-
+class RedisSnapshots(RedisRole, Snapshots):
     async def run_issues(self, ref: ConversationRef, run_id: str) -> list[dict[str, Any]]:
         """The owner of a run answers from its live state (no round trip, no snapshot built:
         asked once at every run's end); anyone else reads a snapshot."""

@@ -1,8 +1,8 @@
-"""Background tasks that talk to Redis: stopping them, and periodic sweeps.
+"""Periodic sweeps of the Redis backend: a pass that fails is skipped, never the loop.
 
-redis-py can swallow a cancellation that lands while it reads a reply (it surfaces as a read
-timeout), so a single ``task.cancel()`` may not end a loop. :func:`stop_task` cancels until the
-task is done; loops also check their own stop flag.
+They are stopped with :func:`app.tasks.stop_task` (redis-py can swallow a cancellation that
+lands while it reads a reply, so it cancels until the task is done); loops also check their
+own stop flag.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -28,11 +27,3 @@ async def every(interval: float, sweep: Callable[[], Awaitable[None]], what: str
             log.debug("%s skipped: %s", what, exc)
         except Exception:
             log.exception("%s failed", what)
-
-
-async def stop_task(task: asyncio.Task[Any] | None) -> None:
-    while task is not None and not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.5)
-    if task is not None and task.done() and not task.cancelled():
-        task.exception()  # retrieved: never "exception was never retrieved"

@@ -14,7 +14,7 @@ import logging
 
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.queue import RunQueue
-from app.backends.redis.tasks import stop_task
+from app.tasks import stop_task
 
 __all__ = ["TicketKeeper"]
 

@@ -24,8 +24,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from app.backends.due_queue import DueQueue
-from app.backends.redis.tasks import stop_task
 from app.backends.webhook_outbox import OutboxEntry
+from app.tasks import stop_task
 
 __all__ = ["GROUP", "RedisWebhookOutbox", "outbox_key"]
 

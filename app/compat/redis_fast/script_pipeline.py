@@ -41,9 +41,9 @@ from app.compat.redis_fast.wire import (
     Wire,
     attach,
     lost_error,
-    stop_task,
     take_replies,
 )
+from app.tasks import stop_task
 
 __all__ = ["MAX_CALLS", "ScriptPipeline"]
 

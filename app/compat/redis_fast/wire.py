@@ -24,7 +24,6 @@ __all__ = [
     "attach",
     "has_unread_data",
     "lost_error",
-    "stop_task",
     "take_replies",
 ]
 
@@ -170,13 +169,3 @@ class RoundTripWatch:
             self._expired()
         else:
             self._timer = loop.call_at(self._deadline, self._fire)
-
-
-async def stop_task(task: asyncio.Task[Any] | None) -> None:
-    """Cancel ``task`` until it is done (as ``app.backends.redis.tasks.stop_task``: redis-py
-    can swallow a cancellation that lands while it reads a reply)."""
-    while task is not None and not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.5)
-    if task is not None and task.done() and not task.cancelled():
-        task.exception()  # retrieved: never "exception was never retrieved"

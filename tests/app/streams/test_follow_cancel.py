@@ -52,7 +52,7 @@ async def test_a_cancelled_followers_error_holds_nothing_of_its_read(
     await eventually(lambda: bool(read_waits(backend, REF)))
     reader = None
     if isinstance(backend, RedisBackend):
-        instance = backend.reads._i
+        instance = backend.instance
         reader = weakref.ref(instance.hub.readers[instance.keys(REF).tag])
 
     gc.disable()  # what follows must be freed by reference counting alone

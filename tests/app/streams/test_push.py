@@ -58,7 +58,7 @@ def read_waits(backend: Backend, ref: ConversationRef) -> dict[Any, Any]:
     notifier; Redis: on its log reader)."""
     backend = innermost(backend)
     if isinstance(backend, RedisBackend):
-        reader = backend.reads._i.hub.readers.get(backend.reads._i.keys(ref).tag)
+        reader = backend.hub.readers.get(backend.keys(ref).tag)
         return {} if reader is None else reader._waiters
     notifier = memory_of(backend)._notifiers.get(ref)
     return {} if notifier is None else notifier.waiters

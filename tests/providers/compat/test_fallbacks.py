@@ -1,5 +1,5 @@
-"""Each internal the compat modules read, taken away (as an upgrade of httpx, httpcore or h11
-would): one warning, and the gateway still serves runs of the three reference providers
+"""Each internal the compat modules read, taken away (as an upgrade of httpx, httpcore, h11 or
+Python would): one warning, and the gateway still serves runs of the three reference providers
 (OpenAI Chat SSE, Anthropic Messages, AG-UI: loopback mock upstreams speaking their wire
 formats) on the public path, an abort included, which closes the upstream connection."""
 
@@ -18,6 +18,7 @@ import httpcore
 import httpx
 import pytest
 
+from providers.compat.asyncio_fast import ASYNCIO
 from providers.compat.h11_fast import H11
 from providers.compat.httpcore_fast import HTTPCORE
 from providers.compat.httpx_fast import HTTPX
@@ -145,13 +146,15 @@ INTERNALS: dict[str, tuple[str, Removal]] = {
         "h11",
         reshaped(_module("h11._readers").ChunkedReader, "__init__"),
     ),
+    # Without it every idle upstream connection counts as readable: closed, not reused.
+    "asyncio StreamReader._buffer": ("asyncio", reshaped(asyncio.StreamReader, "__init__")),
 }
 
 
 @pytest.fixture
 def checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compat modules check their internals again at the next use (restored after)."""
-    for path in (HTTPX, HTTPCORE, H11):
+    for path in (HTTPX, HTTPCORE, H11, ASYNCIO):
         monkeypatch.setattr(path, "_checked", False)
         monkeypatch.setattr(path, "_internals", None)
 
@@ -232,7 +235,12 @@ async def test_without_an_internal_the_gateway_serves_runs_on_the_public_path(
     warnings = [r.getMessage() for r in caplog.records if r.name == "providers.compat"]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith(f"{package}'s internals differ") and removed in warnings[0]
-    fast: dict[str, FastPath[Any]] = {"httpx": HTTPX, "httpcore": HTTPCORE, "h11": H11}
+    fast: dict[str, FastPath[Any]] = {
+        "httpx": HTTPX,
+        "httpcore": HTTPCORE,
+        "h11": H11,
+        "asyncio": ASYNCIO,
+    }
     assert fast[package].internals() is None
     assert all(path.internals() is not None for name, path in fast.items() if name != package)
 
@@ -244,6 +252,7 @@ async def test_with_every_internal_in_place_nothing_is_warned_and_runs_are_serve
         await serve_runs(start_gateway)
     assert [r for r in caplog.records if r.name == "providers.compat"] == []
     assert None not in (HTTPX.internals(), HTTPCORE.internals(), H11.internals())
+    assert ASYNCIO.internals() is True
 
 
 async def test_fast_paths_off_serves_runs_without_reading_an_internal(
@@ -252,6 +261,6 @@ async def test_fast_paths_off_serves_runs_without_reading_an_internal(
     def unexpected(problems: list[str]) -> None:
         raise AssertionError("an internal was read with fast_paths = false")
 
-    for path in (HTTPX, HTTPCORE, H11):
+    for path in (HTTPX, HTTPCORE, H11, ASYNCIO):
         monkeypatch.setattr(path, "_check", unexpected)
     await serve_runs(start_gateway, fast_paths=False)

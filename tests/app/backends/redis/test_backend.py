@@ -15,9 +15,9 @@ from app.backends import EMPTY_CURSOR, ConversationRef, IdempotencyRecord
 from app.backends.redis import RedisBackend
 from app.backends.redis.fanout import LogReader
 from app.backends.redis.keys import ConversationKeys
-from app.backends.redis.tasks import stop_task
 from app.backends.types import AcceptedAnswer, LogItem, QueuedRun
 from app.errors import GatewayError
+from app.tasks import stop_task
 from providers.contract import Command
 from tests.app.support.backend_contract import (
     LOG_MAX,
@@ -554,13 +554,13 @@ async def test_a_restore_never_lands_beside_an_active_run(
 def _count_lookups(backend: RedisBackend) -> list[None]:
     """The incarnation lookups ``backend``'s reads make from now on (one item each)."""
     lookups: list[None] = []
-    lookup = backend.reads._lookup
+    lookup = backend._lookup
 
     async def counted(reader: LogReader, keys: ConversationKeys) -> str | None:
         lookups.append(None)
         return await lookup(reader, keys)
 
-    backend.reads._lookup = counted  # type: ignore[method-assign]
+    backend._lookup = counted  # type: ignore[method-assign]
     return lookups
 
 
@@ -573,7 +573,7 @@ async def _waiting_followers(
     followers = [
         asyncio.create_task(backend.read(ref, EMPTY_CURSOR, limit=10, wait=10)) for _ in range(n)
     ]
-    hub = backend.reads._i.hub
+    hub = backend.hub
 
     def waiting() -> bool:
         """All registered, and they looked the conversation up (no lookup in flight): a
@@ -672,7 +672,7 @@ async def test_a_title_set_while_a_run_end_saves_its_meta_is_the_one_kept(
     overwritten by the title the run's end was just told."""
     ref = ConversationRef("alice", "titles")
     run_meta = await _run_meta(one, ref)
-    store = one.conversations
+    store = one  # its conversations role
     script = store._save_meta
     patches = iter(["first", "second"])
 
