@@ -306,7 +306,7 @@ class GatewayProcess:
         with self.log_path.open("wb") as out:
             self.proc = subprocess.Popen(self.args, cwd=root, stdout=out, stderr=subprocess.STDOUT)
 
-    async def wait_ready(self, within: float = 30.0) -> None:
+    async def wait_ready(self, within: float = 60.0) -> None:
         deadline = time.monotonic() + within
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as client:
             while time.monotonic() < deadline:
