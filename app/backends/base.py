@@ -3,7 +3,7 @@
 One interface, two implementations (ARCHITECTURE decision 6): memory (embedded default) and
 Redis. :class:`Backend` is the composition of the roles of :mod:`app.backends.roles`; the
 values it stores and returns are in :mod:`app.backends.types`. The contract, pinned by
-``tests/app/backend_contract.py``:
+``tests/app/support/backend_contract.py``:
 
 - **Log and state agree.** ``append_event`` reduces the event into the conversation's state and
   appends it to the log in one step (one writer per conversation: the run owner), so

@@ -142,9 +142,10 @@ class EventPipe:
             while self._items and self.error is None:
                 if self._waits:
                     # One loop turn before the write: the producer runs beside the drain, and
-                    # a stream that hands over one event per turn adds what it has ready. A
-                    # 4,000-event answer took 290-1,710 script calls with it, 2,563 without
-                    # (test_redis_costs). Memory's writes do not suspend: no turn there.
+                    # a stream that hands over one event per turn adds what it has ready, and
+                    # a long answer takes far fewer append scripts (bounded by
+                    # tests/app/backends/redis/test_costs.py). Memory's writes do not suspend:
+                    # no turn there.
                     await asyncio.sleep(0)
                 batch, self._items = self._items, []
                 self._space.set()
@@ -183,9 +184,9 @@ class EventPipe:
                 self._items.clear()  # never written: the producer gets the error instead
             elif self._waits and len(self._items) > INLINE_MAX_ITEMS:
                 # A fast stream's: the drain task writes it, a loop turn later, with what the
-                # producer adds meanwhile. Written from here at once, the batches were smaller:
-                # test_redis_costs' 4,000-event answer took 2,293-2,571 script calls (bound
-                # 2,000), 590-1,211 this way.
+                # producer adds meanwhile. Written from here at once, the batches were smaller
+                # and a long answer broke the bound of script calls in
+                # tests/app/backends/redis/test_costs.py.
                 self._task = asyncio.get_running_loop().create_task(self._drain())
             else:
                 batch, self._items = self._items, []
