@@ -20,6 +20,9 @@ from tests.app.concurrency_support import CountingProvider, Gateways, gateways
 from tests.app.gateway_server import RunningGateway, make_settings
 from tests.app.helpers import wait_state
 
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
+
 __all__ = ["gateways"]
 
 REQUESTS = 20

@@ -483,8 +483,10 @@ def test_public_surface() -> None:
             "ConversationKeys",
             "RedisBackend",
             "RunFenced",
+            "cluster_client",
             "conversation_tag",
             "create_redis_backend",
+            "is_cluster",
             "redis_client",
         ]
     )

@@ -88,6 +88,8 @@ class RedisBackend(Backend):
         replica_cache: int = 1024,
         reader_window: int = 1024,
         conversation_ttl_seconds: float | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         i = self.instance = RedisInstance(
             redis,
@@ -100,6 +102,8 @@ class RedisBackend(Backend):
             replica_cache=replica_cache,
             reader_window=reader_window,
             conversation_ttl_seconds=conversation_ttl_seconds,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
         )
         # The instance's parts, named here for operators, benchmarks and tests.
         self.redis, self.prefix, self.instance_id = i.redis, i.prefix, i.instance_id

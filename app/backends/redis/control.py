@@ -17,12 +17,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from app.backends.redis.cluster import is_cluster, publish_command
 from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.script_batch import ScriptCall, call_together
 from app.backends.redis.scripts import ABORT, COMMAND, END, ENDED, POLL
 from app.backends.redis.tasks import stop_task
 
@@ -44,12 +46,13 @@ class Control:
         self._abort = redis.register_script(ABORT)
         self._end = redis.register_script(END)
         self._command = redis.register_script(COMMAND)
+        self._publish = publish_command(redis)
 
     async def abort(self, keys: ConversationKeys, run_id: str | None, reason: str) -> str | None:
         """Request cancellation of ``run_id`` (default: the active run); its id, or None."""
         res = await self._abort(
             keys=[keys.run, keys.abort, keys.lease],
-            args=[run_id or "", reason, ABORT_FLAG_TTL_MS, keys.ctl],
+            args=[run_id or "", reason, ABORT_FLAG_TTL_MS, keys.ctl, self._publish],
         )
         return _s(res) if res else None
 
@@ -68,7 +71,7 @@ class Control:
         """
         res = await self._command(
             keys=[keys.run, keys.cmd, keys.inflight],
-            args=[run_id, command or b"", keys.ctl, target],
+            args=[run_id, command or b"", keys.ctl, target, self._publish],
         )
         return int(res)
 
@@ -86,6 +89,8 @@ class ControlBus:
         self._changed = asyncio.Event()
         self._stopping = False
         self._poll = redis.register_script(POLL)
+        #: A cluster: shard channels (``SSUBSCRIBE``, each on the node owning its slot).
+        self._sharded = is_cluster(redis)
         self._inboxes: set[OwnerInbox] = set()
         #: Inboxes to poll at once (new, or woken by pub/sub), before the next full poll.
         self._due: set[OwnerInbox] = set()
@@ -162,12 +167,27 @@ class ControlBus:
     async def _sync(self, subscribed: set[str]) -> None:
         wanted = set(self._handlers)
         new, old = wanted - subscribed, subscribed - wanted
-        if new:
+        if self._sharded:
+            if new:
+                await self._pubsub.ssubscribe(*new)
+            if old:
+                await self._pubsub.sunsubscribe(*old)
+        elif new:
             await self._pubsub.subscribe(*new)
-        if old:
+        if old and not self._sharded:
             await self._pubsub.unsubscribe(*old)
         subscribed.clear()
         subscribed.update(wanted)
+
+    async def _next_message(self) -> Any:
+        """The next wake-up, if one comes soon (new channels wait at most this long)."""
+        if self._sharded:
+            # Polls every node holding one of our shard channels; a channel whose slot moved
+            # (MOVED, failover) is subscribed again on its new node by redis-py.
+            return await self._pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=0.05
+            )
+        return await self._pubsub.get_message(timeout=0.05)
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -182,8 +202,8 @@ class ControlBus:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._changed.wait(), 1.0)
                         continue
-                    msg = await self._pubsub.get_message(timeout=0.05)  # new channels wait <= this
-                    if msg and msg.get("type") == "message":
+                    msg = await self._next_message()
+                    if msg and msg.get("type") in ("message", "smessage"):
                         channel = _s(msg["channel"])
                         for wake in list(self._handlers.get(channel, ())):
                             wake(_s(msg["data"]))
@@ -286,8 +306,16 @@ class OwnerInbox:
 async def poll_inboxes(script: AsyncScript, inboxes: Sequence[OwnerInbox]) -> None:
     """One ``POLL`` call over ``inboxes``; each handles what it found (a failing handler does
     not keep the others from theirs)."""
-    keys = [key for inbox in inboxes for key in inbox.poll_keys]
-    reply = await script(keys=keys)
+    reply: list[Any]
+    if is_cluster(script.registered_client):
+        # One call per conversation (a script's keys share one slot), sent together: each
+        # node gets its calls in parallel, one round trip.
+        calls: list[ScriptCall] = [(script, inbox.poll_keys, ()) for inbox in inboxes]
+        replies = await call_together(cast(Redis, script.registered_client), calls)
+        reply = [part for one in replies for part in one]
+    else:
+        keys = [key for inbox in inboxes for key in inbox.poll_keys]
+        reply = await script(keys=keys)
     for n, inbox in enumerate(inboxes):
         try:
             await inbox.handle(reply[2 * n], reply[2 * n + 1])
