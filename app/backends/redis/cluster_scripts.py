@@ -174,6 +174,8 @@ class ClusterScriptPipeline:
     async def _execute(self, sent: list[tuple[_Call, Args]]) -> list[Any]:
         sha = self._script.sha
         self.round_trips += 1
+        if self._wait > 0:
+            await self._redis.initialize()  # at once unless the slots are not known yet
         async with self._redis.pipeline(transaction=False) as pipe:
             nodes: dict[str, Any] = {}
             for c, args in sent:
