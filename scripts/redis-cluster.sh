@@ -44,7 +44,7 @@ start() {
     mkdir -p "$DIR/$port"
     redis-server --daemonize yes --bind "$HOST" --port "$port" --save "" --appendonly no \
       --cluster-enabled yes --cluster-config-file "$DIR/$port/nodes.conf" \
-      --cluster-node-timeout 2000 --dir "$DIR/$port" --logfile "$DIR/$port/redis.log" \
+      --cluster-node-timeout 2000 --cluster-replica-validity-factor 0 --dir "$DIR/$port" --logfile "$DIR/$port/redis.log" \
       --pidfile "$DIR/$port/redis.pid" >/dev/null \
       || fail "redis-server did not start on $HOST:$port (see $DIR/$port/redis.log)"
   done
@@ -55,7 +55,7 @@ start() {
     done
     ping "$port" || fail "no answer on $HOST:$port (see $DIR/$port/redis.log)"
   done
-  local nodes=()
+  local nodes=() info
   for port in "${PORTS[@]}"; do nodes+=("$HOST:$port"); done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$DIR/create.log" 2>&1 \
     || fail "redis-cli --cluster create failed (see $DIR/create.log)"
@@ -68,6 +68,15 @@ start() {
   for _ in $(seq 1 100); do
     [[ "$(redis-cli -h "$HOST" -p "$BASE" CLUSTER NODES | grep -c ' slave ')" == 3 ]] && break
     sleep 0.1
+  done
+  # ... and in sync with its master (a replica that never synced does not take over).
+  for port in "${PORTS[@]}"; do
+    for _ in $(seq 1 100); do
+      info="$(redis-cli -h "$HOST" -p "$port" INFO replication 2>/dev/null)"
+      grep -q '^role:master' <<<"$info" && break
+      grep -q '^master_link_status:up' <<<"$info" && break
+      sleep 0.1
+    done
   done
   echo "redis-cluster: started on $HOST:${PORTS[0]}-${PORTS[5]} (stop it with: $0 stop)" >&2
 }

@@ -49,7 +49,7 @@ def cluster_client(
         "socket_connect_timeout": 1.0,
         "socket_timeout": 5.0,
         # A failover takes a few seconds of cluster-node-timeout: the retries span it.
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 8),
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 12),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         "health_check_interval": 15,
         "protocol": 2,

@@ -1,10 +1,11 @@
 """The append script's calls on a Redis Cluster: one redis-py cluster pipeline per flush.
 
 The cluster counterpart of :class:`app.compat.redis_fast.ScriptPipeline` (same interface), on
-redis-py's public ``ClusterPipeline``: the calls made in one loop turn go together, and the
-pipeline sends each node its calls in parallel (one round trip however many shards they
-touch), following ``MOVED`` / ``ASK`` and retrying through a failover. One pipeline is in flight
-at a time, so the appends of a conversation land in the order they were made.
+redis-py's public ``ClusterPipeline``: the calls made in one loop turn for one node go
+together in one round trip, following ``MOVED`` / ``ASK`` and retrying through a failover.
+Each node has its own lane with one pipeline in flight at a time, so the appends of a
+conversation land in the order they were made, and a shard that fails over holds up only its
+own conversations' appends.
 
 Every send uses the arguments for a send that may repeat an earlier one (``again``): redis-py
 may send a pipeline again after a lost reply, and the script then answers a batch it already
@@ -27,7 +28,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 __all__ = ["ClusterScriptPipeline"]
 
@@ -75,8 +76,22 @@ class _Call:
             self.done.set_result(reply)
 
 
+class _Lane:
+    """The calls bound for one node: one pipeline of them in flight at a time."""
+
+    __slots__ = ("flush_soon", "pending", "task")
+
+    def __init__(self) -> None:
+        self.pending: list[_Call] = []
+        self.task: asyncio.Task[None] | None = None
+        self.flush_soon: asyncio.Handle | None = None
+
+
 class ClusterScriptPipeline:
-    """Calls of one script by every run of an instance, sharing cluster round trips."""
+    """Calls of one script by every run of an instance, sharing cluster round trips.
+
+    One lane per node: a node that is down (its replica not promoted yet) holds up the calls
+    bound for it, never those of the other shards."""
 
     def __init__(
         self,
@@ -92,9 +107,7 @@ class ClusterScriptPipeline:
         self._wait = wait_replicas
         self._wait_ms = wait_timeout_ms
         self._max = max(1, max_calls)
-        self._pending: list[_Call] = []
-        self._task: asyncio.Task[None] | None = None
-        self._flush_soon: asyncio.Handle | None = None
+        self._lanes: dict[str, _Lane] = {}
         #: Round trips made (pipelines sent), for tests and benchmarks.
         self.round_trips = 0
         #: WAITs that came back with fewer replicas than asked (their timeout passed).
@@ -119,27 +132,40 @@ class ClusterScriptPipeline:
     ) -> None:
         self._submit(_Call(keys, args, None, again, then))
 
-    def _submit(self, call: _Call) -> None:
-        self._pending.append(call)
-        if self._task is None and self._flush_soon is None:
-            self._flush_soon = asyncio.get_running_loop().call_soon(self._flush)
+    def _lane_name(self, keys: Sequence[str | bytes]) -> str:
+        """The node the call's slot is on, as far as the client knows ('' before it knows)."""
+        if not keys:
+            return ""
+        try:
+            return str(self._redis.get_node_from_key(keys[0]).name)
+        except RedisError:  # slots not known yet (first use) or not covered (failover)
+            return ""
 
-    def _flush(self) -> None:
-        self._flush_soon = None
-        if self._task is None and self._pending:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name="redis-cluster-script-pipeline"
+    def _submit(self, call: _Call) -> None:
+        name = self._lane_name(call.keys)
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = _Lane()
+        lane.pending.append(call)
+        if lane.task is None and lane.flush_soon is None:
+            lane.flush_soon = asyncio.get_running_loop().call_soon(self._flush, lane)
+
+    def _flush(self, lane: _Lane) -> None:
+        lane.flush_soon = None
+        if lane.task is None and lane.pending:
+            lane.task = asyncio.get_running_loop().create_task(
+                self._run(lane), name="redis-cluster-script-pipeline"
             )
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         try:
-            while self._pending:
-                batch = [c for c in self._pending[: self._max] if c.live()]
-                del self._pending[: self._max]
+            while lane.pending:
+                batch = [c for c in lane.pending[: self._max] if c.live()]
+                del lane.pending[: self._max]
                 if batch:
                     await self._send(batch)
         finally:
-            self._task = None
+            lane.task = None
 
     async def _send(self, calls: list[_Call]) -> None:
         try:
@@ -193,17 +219,19 @@ class ClusterScriptPipeline:
         return replies[: len(sent)]
 
     async def aclose(self) -> None:
-        if self._flush_soon is not None:
-            self._flush_soon.cancel()
-            self._flush_soon = None
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        pending, self._pending = self._pending, []
-        for c in pending:
-            if c.done is not None:
-                c.done.cancel()
-            else:
-                c.answer(asyncio.CancelledError())
+        lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            if lane.flush_soon is not None:
+                lane.flush_soon.cancel()
+                lane.flush_soon = None
+            task, lane.task = lane.task, None
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            pending, lane.pending = lane.pending, []
+            for c in pending:
+                if c.done is not None:
+                    c.done.cancel()
+                else:
+                    c.answer(asyncio.CancelledError())
