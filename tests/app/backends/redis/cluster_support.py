@@ -135,6 +135,15 @@ class PrivateCluster:
                 return out.strip().splitlines()
         return []
 
+    def replica_of(self, master: int) -> int:
+        """The port of a replica of the master on port ``master``."""
+        lines = [line.split() for line in self.nodes_lines()]
+        ids = {int(f[1].split("@")[0].rsplit(":", 1)[1]): f[0] for f in lines}
+        for f in lines:
+            if "slave" in f[2] and f[3] == ids[master] and "fail" not in f[2]:
+                return int(f[1].split("@")[0].rsplit(":", 1)[1])
+        raise LookupError(f"no replica of {master}")
+
     def master_of(self, slot: int) -> int:
         for port, (first, last) in self.masters().items():
             if first <= slot <= last:
