@@ -9,6 +9,10 @@ locally owned run registers its conversation's channel and its inbox there while
 (:class:`OwnerInbox`), and every ``poll_interval`` one ``POLL`` script call reads the flags and
 command lists of all of them (at 100 runs: 10 calls/s, not 1,000); a wake-up polls only the
 woken runs, at once.
+
+On a Redis Cluster the wake-ups are sharded (``SPUBLISH`` / ``SSUBSCRIBE``: the channel shares
+its conversation's slot, so a message reaches only that shard), and the ``POLL`` is one call per
+conversation (a script's keys share one slot), all sent in one pipeline.
 """
 
 from __future__ import annotations
@@ -167,15 +171,13 @@ class ControlBus:
     async def _sync(self, subscribed: set[str]) -> None:
         wanted = set(self._handlers)
         new, old = wanted - subscribed, subscribed - wanted
-        if self._sharded:
-            if new:
-                await self._pubsub.ssubscribe(*new)
-            if old:
-                await self._pubsub.sunsubscribe(*old)
-        elif new:
-            await self._pubsub.subscribe(*new)
-        if old and not self._sharded:
-            await self._pubsub.unsubscribe(*old)
+        # A cluster: shard channels, each subscribed on the node owning its slot.
+        subscribe = self._pubsub.ssubscribe if self._sharded else self._pubsub.subscribe
+        unsubscribe = self._pubsub.sunsubscribe if self._sharded else self._pubsub.unsubscribe
+        if new:
+            await subscribe(*new)
+        if old:
+            await unsubscribe(*old)
         subscribed.clear()
         subscribed.update(wanted)
 
