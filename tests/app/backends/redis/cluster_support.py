@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,7 @@ class PrivateCluster:
 
     def stop(self) -> None:
         self._run("stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def pid(self, port: int) -> int:
         return int((self.dir / "nodes" / str(port) / "redis.pid").read_text().strip())
@@ -160,10 +161,3 @@ def private_cluster() -> Iterator[PrivateCluster]:
     finally:
         cluster.stop()
 
-
-def wait_until(check: object, within: float, what: str) -> None:
-    """Poll ``check()`` (a callable) until true; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not reached in {within} s: {what}"
-        time.sleep(0.05)
