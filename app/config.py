@@ -50,6 +50,14 @@ class GatewaySection(_Section):
     #: Redis connections per instance: one per conversation followed here by a blocking XREAD
     #: (not while this instance owns its run) plus the commands in flight.
     redis_max_connections: int = Field(2000, ge=10)
+    #: ``redis_url`` is a seed node of a Redis Cluster (``RedisCluster.from_url``: auth and
+    #: TLS as in the URL); ``redis_cluster_nodes`` ("host:port") adds more seeds.
+    redis_cluster: bool = False
+    redis_cluster_nodes: list[str] = Field(default_factory=list)
+    #: On a cluster: each batched append of a run's owner waits (``WAIT``, bounded by
+    #: ``redis_wait_timeout_ms``) for this many replicas of its shard to have it; 0: no wait.
+    redis_wait_replicas: int = Field(0, ge=0)
+    redis_wait_timeout_ms: int = Field(1000, ge=1)
     default_provider: str = DEMO_PROVIDER
     multitask: Multitask = "reject"
     enqueue_max: int = Field(8, ge=0)
@@ -77,6 +85,23 @@ class GatewaySection(_Section):
     lease_ttl_seconds: float = Field(10, gt=0)
     idempotency_ttl_seconds: float = Field(86400, gt=0)
     cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("redis_cluster_nodes")
+    @classmethod
+    def _host_ports(cls, nodes: list[str]) -> list[str]:
+        from app.backends.redis.cluster import node_address
+
+        for node in nodes:
+            node_address(node)  # ValueError: not host:port
+        return nodes
+
+    @model_validator(mode="after")
+    def _cluster_only(self) -> GatewaySection:
+        if self.redis_cluster_nodes and not self.redis_cluster:
+            raise ValueError("redis_cluster_nodes needs redis_cluster = true")
+        if self.redis_wait_replicas and not self.redis_cluster:
+            raise ValueError("redis_wait_replicas applies to a cluster (redis_cluster = true)")
+        return self
 
 
 class LimitsSection(_Section):

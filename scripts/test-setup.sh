@@ -7,6 +7,7 @@
 #     node >= 18 and npm (the JavaScript tests under clients/js, tests/node and the examples,
 #     run by pytest, install their lock-file-pinned packages with npm ci);
 #   - a Redis answering on 127.0.0.1:6379 (started here, in the background, if none answers);
+#   - a local Redis Cluster on 127.0.0.1:7380-7385 (scripts/redis-cluster.sh start, idempotent);
 #   - PostgreSQL for the archive tests: the server on 127.0.0.1:5432 when one answers, else
 #     the postgresql package (the tests start a private server with its initdb and pg_ctl).
 # Missing packages are installed with apt-get when this runs as root (or with password-less
@@ -111,3 +112,8 @@ elif have redis-cli; then
       || fail "could not set $setting on the Redis at $REDIS_HOST:$REDIS_PORT: $answer"
   done
 fi
+
+# --- Redis Cluster on 127.0.0.1:7380-7385 -------------------------------------------------
+# Three masters and three replicas (scripts/redis-cluster.sh), for the "redis-cluster" backend
+# of the backend-parametrized tests; kept when it already answers with every slot served.
+"$(dirname "$0")/redis-cluster.sh" start

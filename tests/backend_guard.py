@@ -30,7 +30,7 @@ from typing import Any
 
 from app.backends import Backend
 from app.backends.memory import MemoryBackend
-from app.backends.redis import RedisBackend
+from app.backends.redis import RedisBackend, is_cluster
 from app.factory import GatewayApp
 from app.gateway import Gateway
 
@@ -61,14 +61,16 @@ class OffBackends(AssertionError):
 
 
 def backend_of(backend: Backend) -> str | None:
-    """``memory`` / ``redis``, through wrappers that expose ``inner`` (the metrics', the
-    archive's, ``DelegatingBackend``s); None for a backend of another kind."""
+    """``memory`` / ``redis`` / ``redis-cluster``, through wrappers that expose ``inner`` (the
+    metrics', the archive's, ``DelegatingBackend``s); None for a backend of another kind."""
     while not isinstance(backend, MemoryBackend | RedisBackend):
         inner: Backend | None = getattr(backend, "inner", None)
         if inner is None:
             return None
         backend = inner
-    return "memory" if isinstance(backend, MemoryBackend) else "redis"
+    if isinstance(backend, MemoryBackend):
+        return "memory"
+    return "redis-cluster" if is_cluster(backend.redis) else "redis"
 
 
 def gateway_command(args: Any) -> str | None:

@@ -3,8 +3,9 @@
 A test that starts a gateway (``start_gateway``, directly or through a fixture) runs once per
 backend: ``[memory]`` and ``[redis]`` (a key prefix of its own on the shared Redis, deleted
 afterwards; the gateways one test starts share it, i.e. they form a cluster, like replicas
-behind a load balancer). A test that holds only on one backend says so:
-``@pytest.mark.only_backend("redis", reason="...")``. The backend guard
+behind a load balancer), and, marked ``on_redis_cluster``, ``[redis-cluster]`` (the same on
+the shared Redis Cluster of ``scripts/redis-cluster.sh``). A test that holds only on one
+backend says so: ``@pytest.mark.only_backend("redis", reason="...")``. The backend guard
 (``tests/backend_guard.py``) fails a test that runs a gateway any other way.
 """
 
@@ -19,17 +20,23 @@ from app.backends import Backend
 from app.config import Settings
 from providers.contract import AgentProvider
 from tests import backend_guard
+from tests.app.backends.redis.cluster_support import shared_cluster
 from tests.app.support.gateway_server import (
     RunningGateway,
     StartGateway,
     make_settings,
     redis_backend_for,
+    redis_cluster_backend_for,
     start_server,
 )
 from tests.app.support.redis_support import shared_redis, unique_prefix
 from tests.backend_guard import BACKEND_GUARD
 
-BACKENDS = ("memory", "redis")
+BACKENDS = ("memory", "redis", "redis-cluster")
+#: What a test runs on unless marked: ``redis-cluster`` (the Redis backend on the Redis Cluster
+#: ``make test`` starts) only for tests marked ``on_redis_cluster`` (the contract, concurrency,
+#: multi-instance, outage and durability tests), or naming it in ``only_backend``.
+DEFAULT_BACKENDS = ("memory", "redis")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,7 +55,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend_kind" not in metafunc.fixturenames:
         return
-    kinds: tuple[str, ...] = BACKENDS
+    kinds: tuple[str, ...] = DEFAULT_BACKENDS
+    if metafunc.definition.get_closest_marker("on_redis_cluster") is not None:
+        kinds = BACKENDS
     marker = metafunc.definition.get_closest_marker("only_backend")
     if marker is not None:
         kinds = tuple(marker.args)
@@ -86,7 +95,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
 
 @pytest.fixture
 def backend_kind(request: pytest.FixtureRequest) -> str:
-    """The backend the test's gateways run on: ``"memory"`` or ``"redis"``."""
+    """The backend the test's gateways run on: ``"memory"``, ``"redis"`` or ``"redis-cluster"``."""
     kind: str = request.param
     return kind
 
@@ -114,6 +123,8 @@ async def start_gateway(
             assert marked_only, "a test that picks its backend needs @pytest.mark.only_backend"
         elif backend_kind == "redis":
             backend = redis_backend_for(settings, prefix, f"{prefix}-gw{len(running)}")
+        elif backend_kind == "redis-cluster":
+            backend = redis_cluster_backend_for(settings, prefix, f"{prefix}-gw{len(running)}")
         gateway = await start_server(settings, providers=providers, sndbuf=sndbuf, backend=backend)
         running.append(gateway)
         return gateway
@@ -121,6 +132,8 @@ async def start_gateway(
     async with AsyncExitStack() as stack:
         if backend_kind == "redis":
             await stack.enter_async_context(shared_redis(prefix))
+        elif backend_kind == "redis-cluster":
+            await stack.enter_async_context(shared_cluster(prefix))
         yield start
         for gateway in running:
             if not gateway.task.done():

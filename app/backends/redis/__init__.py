@@ -1,7 +1,8 @@
 """The Redis backend (``backend = "redis"``): streams, snapshots, fenced leases, control.
 
 Public surface: :class:`RedisBackend`, :func:`create_redis_backend` (used by
-``app.backends.create_backend``), :func:`redis_client` and the key layout helpers.
+``app.backends.create_backend``), :func:`redis_client` (standalone), :func:`cluster_client`
+(``[gateway] redis_cluster``, :mod:`.cluster`) and the key layout helpers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
 
 from app.backends.redis.backend import RedisBackend, RunFenced
+from app.backends.redis.cluster import cluster_client, is_cluster
 from app.backends.redis.keys import DEFAULT_PREFIX, ConversationKeys, conversation_tag
 from app.compat.redis_fast import fast_client, public_client
 
@@ -29,8 +31,10 @@ __all__ = [
     "ConversationKeys",
     "RedisBackend",
     "RunFenced",
+    "cluster_client",
     "conversation_tag",
     "create_redis_backend",
+    "is_cluster",
     "redis_client",
 ]
 
@@ -85,10 +89,22 @@ def redis_client(
 
 def create_redis_backend(settings: Settings) -> RedisBackend:
     gateway = settings.gateway
-    return RedisBackend(
-        redis_client(
+    if gateway.redis_cluster:  # redis-py's public cluster client (no fast path drives it)
+        client = cluster_client(
+            gateway.redis_url,
+            gateway.redis_cluster_nodes,
+            gateway.redis_max_connections,
+            maint_notifications_config=MaintNotificationsConfig(enabled=False),
+            driver_info=_driver_info(),
+        )
+    else:
+        client = redis_client(
             gateway.redis_url, gateway.redis_max_connections, fast_paths=gateway.fast_paths
-        ),
+        )
+    return RedisBackend(
+        client,
+        wait_replicas=gateway.redis_wait_replicas,
+        wait_timeout_ms=gateway.redis_wait_timeout_ms,
         event_log_max_len=gateway.event_log_max_len,
         snapshot_every=gateway.snapshot_every,
         lease_ttl_seconds=gateway.lease_ttl_seconds,

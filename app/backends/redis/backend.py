@@ -80,6 +80,8 @@ class RedisBackend(
         replica_cache: int = 1024,
         reader_window: int = 1024,
         conversation_ttl_seconds: float | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         i = self.instance = RedisInstance(
             redis,
@@ -92,6 +94,8 @@ class RedisBackend(
             replica_cache=replica_cache,
             reader_window=reader_window,
             conversation_ttl_seconds=conversation_ttl_seconds,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
         )
         super().__init__(i)  # every role acts on this one instance
         # The instance's parts, named here for operators, benchmarks and tests.

@@ -16,7 +16,14 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.cluster import is_cluster
+from app.backends.redis.keys import (
+    CLUSTER_INDEX_BUCKETS,
+    ConversationKeys,
+    index_bucket,
+    sweep_index_key,
+    sweep_index_keys,
+)
 from app.backends.redis.scripts import CLAIM, RELEASE, RENEW, TAKEOVER
 
 ClaimStatus = Literal["ok", "busy", "lost"]
@@ -63,6 +70,8 @@ class Ownership:
         self._renew = redis.register_script(RENEW)
         self._takeover = redis.register_script(TAKEOVER)
         self._release = redis.register_script(RELEASE)
+        #: Buckets of ``P:runs``: one on a standalone Redis, several on a cluster (keys.py).
+        self.buckets = CLUSTER_INDEX_BUCKETS if is_cluster(redis) else 1
 
     async def claim(self, keys: ConversationKeys, run_id: str) -> Claim:
         res = await self._claim(
@@ -94,34 +103,38 @@ class Ownership:
         return bool(int(res))
 
     # --- the index of running runs: lets any instance find lost owners nobody looks at -------
-    def index_key(self, prefix: str) -> str:
-        return f"{prefix}:runs"
+    def index_key(self, keys: ConversationKeys) -> str:
+        """The ``P:runs`` bucket of the conversation (:func:`.keys.sweep_index_key`)."""
+        bucket = index_bucket(keys.tag, self.buckets)
+        return sweep_index_key(keys.prefix, "runs", bucket, self.buckets)
 
     async def mark(self, keys: ConversationKeys) -> None:
         """Record (or push back) the moment this conversation's lease would lapse."""
-        await self.redis.zadd(self.index_key(keys.prefix), self._lapses_at(keys))
+        await self.redis.zadd(self.index_key(keys), self._lapses_at(keys))
 
     def mark_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
         """:meth:`mark` as one command of ``pipe``."""
-        pipe.zadd(self.index_key(keys.prefix), self._lapses_at(keys))
+        pipe.zadd(self.index_key(keys), self._lapses_at(keys))
 
     def _lapses_at(self, keys: ConversationKeys) -> dict[str, float]:
         return {keys.tag: time.time() * 1000 + self.lease_ttl_ms}
 
     def unmark_in(self, pipe: Pipeline, keys: ConversationKeys) -> None:
         """:meth:`unmark` as one command of ``pipe``."""
-        pipe.zrem(self.index_key(keys.prefix), keys.tag)
+        pipe.zrem(self.index_key(keys), keys.tag)
 
     async def unmark(self, keys: ConversationKeys) -> None:
-        await self.redis.zrem(self.index_key(keys.prefix), keys.tag)
+        await self.redis.zrem(self.index_key(keys), keys.tag)
 
     async def lapsed(self, prefix: str, limit: int = 100) -> list[str]:
-        """Tags whose recorded lease deadline has passed (candidates: the lease decides)."""
+        """Tags whose recorded lease deadline has passed (candidates: the lease decides), from
+        every bucket (one round trip: a cluster reads its shards in parallel)."""
         now = time.time() * 1000
-        tags = await self.redis.zrangebyscore(
-            self.index_key(prefix), "-inf", now, start=0, num=limit
-        )
-        return [_s(tag) for tag in tags]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in sweep_index_keys(prefix, "runs", self.buckets):
+                pipe.zrangebyscore(index, "-inf", now, start=0, num=limit)
+            replies = await pipe.execute()
+        return [_s(tag) for tags in replies for tag in tags][:limit]
 
     async def holder(self, keys: ConversationKeys) -> tuple[Token | None, bool]:
         """The active run's token (or None) and whether its lease is alive."""

@@ -14,6 +14,10 @@ locally owned run registers its conversation's channel and its inbox there while
 (:class:`OwnerInbox`), and every ``poll_interval`` one ``POLL`` script call reads the flags and
 command lists of all of them (at 100 runs: 10 calls/s, not 1,000); a wake-up polls only the
 woken runs, at once.
+
+On a Redis Cluster the wake-ups are sharded (``SPUBLISH`` / ``SSUBSCRIBE``: the channel shares
+its conversation's slot, so a message reaches only that shard), and the ``POLL`` is one call per
+conversation (a script's keys share one slot), all sent in one pipeline.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import orjson
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from app.backends.redis.cluster import is_cluster, publish_command
 from app.backends.redis.errors import unavailable
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.role import RedisRole
+from app.backends.redis.script_batch import ScriptCall, call_together
 from app.backends.redis.scripts import ABORT, COMMAND, END, ENDED, POLL
 from app.backends.roles import RunSignals
 from app.backends.types import ConversationRef
@@ -57,12 +63,13 @@ class Control:
         self._abort = redis.register_script(ABORT)
         self._end = redis.register_script(END)
         self._command = redis.register_script(COMMAND)
+        self._publish = publish_command(redis)
 
     async def abort(self, keys: ConversationKeys, run_id: str | None, reason: str) -> str | None:
         """Request cancellation of ``run_id`` (default: the active run); its id, or None."""
         res = await self._abort(
             keys=[keys.run, keys.abort, keys.lease],
-            args=[run_id or "", reason, ABORT_FLAG_TTL_MS, keys.ctl],
+            args=[run_id or "", reason, ABORT_FLAG_TTL_MS, keys.ctl, self._publish],
         )
         return _s(res) if res else None
 
@@ -81,7 +88,7 @@ class Control:
         """
         res = await self._command(
             keys=[keys.run, keys.cmd, keys.inflight],
-            args=[run_id, command or b"", keys.ctl, target],
+            args=[run_id, command or b"", keys.ctl, target, self._publish],
         )
         return int(res)
 
@@ -99,6 +106,8 @@ class ControlBus:
         self._changed = asyncio.Event()
         self._stopping = False
         self._poll = redis.register_script(POLL)
+        #: A cluster: shard channels (``SSUBSCRIBE``, each on the node owning its slot).
+        self._sharded = is_cluster(redis)
         self._inboxes: set[OwnerInbox] = set()
         #: Inboxes to poll at once (new, or woken by pub/sub), before the next full poll.
         self._due: set[OwnerInbox] = set()
@@ -175,12 +184,25 @@ class ControlBus:
     async def _sync(self, subscribed: set[str]) -> None:
         wanted = set(self._handlers)
         new, old = wanted - subscribed, subscribed - wanted
+        # A cluster: shard channels, each subscribed on the node owning its slot.
+        subscribe = self._pubsub.ssubscribe if self._sharded else self._pubsub.subscribe
+        unsubscribe = self._pubsub.sunsubscribe if self._sharded else self._pubsub.unsubscribe
         if new:
-            await self._pubsub.subscribe(*new)
+            await subscribe(*new)
         if old:
-            await self._pubsub.unsubscribe(*old)
+            await unsubscribe(*old)
         subscribed.clear()
         subscribed.update(wanted)
+
+    async def _next_message(self) -> Any:
+        """The next wake-up, if one comes soon (new channels wait at most this long)."""
+        if self._sharded:
+            # Polls every node holding one of our shard channels; a channel whose slot moved
+            # (MOVED, failover) is subscribed again on its new node by redis-py.
+            return await self._pubsub.get_sharded_message(
+                ignore_subscribe_messages=True, timeout=0.05
+            )
+        return await self._pubsub.get_message(timeout=0.05)
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -195,8 +217,8 @@ class ControlBus:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._changed.wait(), 1.0)
                         continue
-                    msg = await self._pubsub.get_message(timeout=0.05)  # new channels wait <= this
-                    if msg and msg.get("type") == "message":
+                    msg = await self._next_message()
+                    if msg and msg.get("type") in ("message", "smessage"):
                         channel = _s(msg["channel"])
                         for wake in list(self._handlers.get(channel, ())):
                             wake(_s(msg["data"]))
@@ -300,8 +322,16 @@ class OwnerInbox:
 async def poll_inboxes(script: AsyncScript, inboxes: Sequence[OwnerInbox]) -> None:
     """One ``POLL`` call over ``inboxes``; each handles what it found (a failing handler does
     not keep the others from theirs)."""
-    keys = [key for inbox in inboxes for key in inbox.poll_keys]
-    reply = await script(keys=keys)
+    reply: list[Any]
+    if is_cluster(script.registered_client):
+        # One call per conversation (a script's keys share one slot), sent together: each
+        # node gets its calls in parallel, one round trip.
+        calls: list[ScriptCall] = [(script, inbox.poll_keys, ()) for inbox in inboxes]
+        replies = await call_together(cast(Redis, script.registered_client), calls)
+        reply = [part for one in replies for part in one]
+    else:
+        keys = [key for inbox in inboxes for key in inbox.poll_keys]
+        reply = await script(keys=keys)
     for n, inbox in enumerate(inboxes):
         try:
             await inbox.handle(reply[2 * n], reply[2 * n + 1])

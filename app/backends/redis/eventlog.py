@@ -32,6 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis.cluster import is_cluster
+from app.backends.redis.cluster_scripts import ClusterScriptPipeline
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.scripts import APPEND
 from app.compat.redis_fast import ScriptPipeline, pack_append_args, uses_fast_paths
@@ -174,7 +176,9 @@ def _info_dict(info: Any) -> dict[str, Any]:
 class EventLog:
     """Appends and reads of one Redis client over any conversation's stream."""
 
-    def __init__(self, redis: Redis, max_len: int) -> None:
+    def __init__(
+        self, redis: Redis, max_len: int, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000
+    ) -> None:
         self.redis = redis
         self.max_len = max_len
         # One more than the retention: the oldest entry kept is the cursor just before the
@@ -182,11 +186,17 @@ class EventLog:
         # cheap); small ones exactly, so retention stays observable.
         keep = max_len + 1
         self._maxlen_arg = f"~{keep}" if keep >= APPROXIMATE_TRIM_FROM else f"={keep}"
-        self._append = ScriptPipeline(
-            redis,
-            redis.register_script(APPEND),
-            pack_args=pack_append_args,
-            fast=uses_fast_paths(redis),
+        script = redis.register_script(APPEND)
+        #: A cluster's appends take redis-py's cluster pipeline (one slot per call, calls to
+        #: several shards in parallel); ``wait_replicas`` applies there (``WAIT`` per node).
+        self._append: ScriptPipeline | ClusterScriptPipeline = (
+            ClusterScriptPipeline(
+                redis, script, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms
+            )
+            if is_cluster(redis)
+            else ScriptPipeline(
+                redis, script, pack_args=pack_append_args, fast=uses_fast_paths(redis)
+            )
         )
 
     async def append(

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Coroutine
 from typing import Any, Literal
 
@@ -23,13 +24,14 @@ from redis.exceptions import RedisError
 
 from app.backends.redis.adoption import Adoption
 from app.backends.redis.claims import Ownership, Token
+from app.backends.redis.cluster import publish_command
 from app.backends.redis.control import Control, ControlBus
 from app.backends.redis.cursors import make_cursor
 from app.backends.redis.errors import RunFenced
 from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog
 from app.backends.redis.fanout import ReaderHub
 from app.backends.redis.keys import ConversationKeys, conversation_tag
-from app.backends.redis.limits import RedisLimits
+from app.backends.redis.limits import RESERVED_PREFIX, RedisLimits
 from app.backends.redis.owned_run import OwnedRun
 from app.backends.redis.queue import RunQueue
 from app.backends.redis.reaper import Reaper
@@ -82,8 +84,12 @@ class RedisInstance:
         replica_cache: int,
         reader_window: int,
         conversation_ttl_seconds: float | None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         self.redis = redis
+        #: ``SPUBLISH`` on a cluster (to the conversation's shard only), else ``PUBLISH``.
+        self.publish = publish_command(redis)
         self.prefix = key_prefix
         self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_token(4)}"
         self.snapshot_every = snapshot_every
@@ -91,7 +97,9 @@ class RedisInstance:
         self.poll_interval = poll_interval
         ttl = conversation_ttl_seconds
         self.ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
-        self.log = EventLog(redis, event_log_max_len)
+        self.log = EventLog(
+            redis, event_log_max_len, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms
+        )
         self.ownership = Ownership(redis, self.instance_id, self.lease_ttl_ms)
         self.control = Control(redis)
         self.queue = RunQueue(redis, self.instance_id, self.lease_ttl_ms, key_prefix)
@@ -168,7 +176,7 @@ class RedisInstance:
         for freed in self.slot_waiters.get(keys.tag, ()):
             freed.set()
         with contextlib.suppress(RedisError, OSError):  # else they wake on their timeout
-            await self.redis.publish(keys.turn, "freed")
+            await self.redis.execute_command(self.publish, keys.turn, "freed")  # type: ignore[no-untyped-call]
 
     async def tidy_released(self, keys: ConversationKeys) -> None:
         """After our run released the slot, in one round trip, each step best effort (the sweep
@@ -180,7 +188,7 @@ class RedisInstance:
             async with self.redis.pipeline(transaction=False) as pipe:
                 self.ownership.unmark_in(pipe, keys)
                 self.touch_in(pipe, keys)
-                pipe.publish(keys.turn, "freed")
+                pipe.execute_command(self.publish, keys.turn, "freed")
                 await pipe.execute(raise_on_error=False)
 
     async def touch(self, keys: ConversationKeys, *, listed: tuple[str, str] | None = None) -> None:
@@ -197,7 +205,10 @@ class RedisInstance:
     ) -> None:
         """What :meth:`touch` sends, queued on ``pipe``."""
         if listed is not None:
-            pipe.hset(listed[0], listed[1], 1)
+            # Written as a fresh reservation: on a cluster the index's shard may apply this
+            # before the conversation's shard creates its meta, and a listing in between must
+            # count it (being created), not drop it as expired.
+            pipe.hset(listed[0], listed[1], f"{RESERVED_PREFIX}{int(time.time() * 1000)}")
         if self.ttl_ms is not None:
             for key in (keys.meta, keys.log, keys.snap, keys.fence):
                 pipe.pexpire(key, self.ttl_ms)

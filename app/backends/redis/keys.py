@@ -30,10 +30,27 @@ Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
     P:{T}:idem:S  string   the answer of a run accepted under an Idempotency-Key (S: a hash of
                            its scope), written by the script that accepts the run, PX its TTL
 
-Outside the conversation slots: ``P:idx:{H}`` (hash: the conversation keys of the principal
-whose hash is ``H``), ``P:idem:{H}`` (idempotency records, by hash of their scope), ``P:runs``
-and ``P:queues`` (conversation tags by lease / ticket deadline: the sweeps' indexes) and
-``P:webhooks`` (the webhook outbox stream, ``webhook_outbox.py``).
+Every key above, and the channels, is in the conversation's slot (``{T}``): a script touches
+one slot, and a cluster (``redis_cluster``, :mod:`.cluster`) places the conversation on one
+shard. The limit keys of a conversation (``P:{T}:subs``, ``limits.py``) share it too.
+
+Outside the conversation slots, each key with its slot:
+
+    P:idx:{H}      hash     the conversation keys of the principal whose hash is ``H``: the
+                            principal's slot (its listing and ``max_conversations`` limit)
+    P:idem:{H}     string   an idempotency record, by hash ``H`` of its scope: a slot per scope
+    P:rate:{H}     zset     a principal's runs per minute (``limits.py``): the principal's slot
+    P:subs:{H}     zset     a principal's subscriber slots (``limits.py``): the principal's slot
+    P:runs         zset     tags of running conversations by lease deadline (the lost-owner
+                            sweep's index); on a cluster 16 buckets ``P:{runs.N}``, N from the
+                            tag, each its own slot: a run start writes one, a sweep reads all
+    P:queues       zset     tags of conversations with queued runs by ticket deadline (the
+                            adoption sweep's index); on a cluster ``P:{queues.N}`` likewise
+    P:webhooks     stream   the webhook outbox (``webhook_outbox.py``): one slot, written once
+                            per ended run when webhooks are configured and read by a consumer
+                            group (not per event, so not a hot key)
+
+Instances keep no registry key: a dead instance is noticed by its leases and tickets lapsing.
 """
 
 from __future__ import annotations
@@ -167,6 +184,29 @@ class ConversationKeys:
             self.qreq,
             self.qowner,
         )
+
+
+#: Buckets of each sweep index (``P:runs``, ``P:queues``) on a cluster: every run start marks
+#: its conversation in one, so one key would put every run on one shard.
+CLUSTER_INDEX_BUCKETS = 16
+
+
+def index_bucket(tag: str, buckets: int) -> int:
+    """The bucket of the sweep index a conversation's entry is in."""
+    return int(tag[:8], 16) % buckets if buckets > 1 else 0
+
+
+def sweep_index_key(prefix: str, name: str, bucket: int, buckets: int) -> str:
+    """``P:runs`` / ``P:queues`` when there is one bucket (standalone); else bucket ``n``:
+    ``P:{runs.n}`` (its own slot)."""
+    if buckets <= 1:
+        return f"{prefix}:{name}"
+    return f"{prefix}:{{{name}.{bucket}}}"
+
+
+def sweep_index_keys(prefix: str, name: str, buckets: int) -> list[str]:
+    """Every bucket of a sweep index: what a sweep reads."""
+    return [sweep_index_key(prefix, name, n, buckets) for n in range(max(1, buckets))]
 
 
 def principal_index_key(principal: str, prefix: str = DEFAULT_PREFIX) -> str:

@@ -35,7 +35,13 @@ from typing import Any, Final, Literal
 
 from redis.asyncio import Redis
 
-from app.backends.redis.keys import ConversationKeys
+from app.backends.redis.cluster import is_cluster
+from app.backends.redis.keys import (
+    CLUSTER_INDEX_BUCKETS,
+    ConversationKeys,
+    index_bucket,
+    sweep_index_keys,
+)
 
 __all__ = ["ENQUEUE_UNBOUNDED", "Adopted", "OrderedClaim", "Remembered", "RunQueue"]
 
@@ -268,7 +274,9 @@ class RunQueue:
         self.redis = redis
         self.instance_id = instance_id
         self.ttl_ms = ttl_ms
-        self.index = f"{prefix}:queues"
+        #: Buckets of ``P:queues``: one on a standalone Redis, several on a cluster (keys.py).
+        self.buckets = CLUSTER_INDEX_BUCKETS if is_cluster(redis) else 1
+        self.indexes = sweep_index_keys(prefix, "queues", self.buckets)
         self._enqueue = redis.register_script(ENQUEUE)
         self._claim = redis.register_script(CLAIM_ORDERED)
         self._drop = redis.register_script(DROP)
@@ -364,14 +372,22 @@ class RunQueue:
     # --- the index of conversations with tickets: lets a live instance find a dead one's ----
     async def mark(self, keys: ConversationKeys) -> None:
         """Record (or push back) the moment this conversation's tickets would lapse."""
-        await self.redis.zadd(self.index, {keys.tag: time.time() * 1000 + self.ttl_ms})
+        await self.redis.zadd(self.index(keys), {keys.tag: time.time() * 1000 + self.ttl_ms})
+
+    def index(self, keys: ConversationKeys) -> str:
+        """The ``P:queues`` bucket of the conversation."""
+        return self.indexes[index_bucket(keys.tag, self.buckets)]
 
     async def lapsed(self, limit: int = 100) -> tuple[float, list[str]]:
-        """(now, the tags whose recorded deadline has passed: candidates, the scripts decide)."""
+        """(now, the tags whose recorded deadline has passed: candidates, the scripts decide),
+        from every bucket in one round trip."""
         now = time.time() * 1000
-        tags = await self.redis.zrangebyscore(self.index, "-inf", now, start=0, num=limit)
-        return now, [_s(tag) for tag in tags]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in self.indexes:
+                pipe.zrangebyscore(index, "-inf", now, start=0, num=limit)
+            replies = await pipe.execute()
+        return now, [_s(tag) for tags in replies for tag in tags][:limit]
 
     async def unindex(self, keys: ConversationKeys, since: float) -> None:
         """Forget a conversation with no ticket left, unless it was marked after ``since``."""
-        await self._unindex(keys=[self.index], args=[keys.tag, since])
+        await self._unindex(keys=[self.index(keys)], args=[keys.tag, since])

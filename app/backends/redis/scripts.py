@@ -136,7 +136,8 @@ return 1
 #: The abort key's reason once the owner has decided its run's end (``END``).
 ENDED: Final = "~ended"
 
-#: KEYS: run, abort, lease.  ARGV: run_id ('' = the active run), reason, flag ttl_ms, channel.
+#: KEYS: run, abort, lease.  ARGV: run_id ('' = the active run), reason, flag ttl_ms, channel,
+#: the publish command (``SPUBLISH`` on a cluster: the channel shares the keys' slot).
 #: Set the abort flag the owner polls AND publish a wake-up (pub/sub may drop).
 #: -> the aborted run id | false (nothing running, another run is active, or the owner has
 #: already decided how its run ends: an abort answered true always ends it cancelled)
@@ -147,7 +148,7 @@ local run_id = string.match(holder, '^[^|]*|[^|]*|(.*)$')
 if ARGV[1] ~= '' and ARGV[1] ~= run_id then return false end
 if redis.call('GET', KEYS[2]) == run_id .. '|~ended' then return false end
 redis.call('SET', KEYS[2], run_id .. '|' .. ARGV[2], 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[4], 'abort')
+redis.call(ARGV[5] or 'PUBLISH', ARGV[4], 'abort')
 return run_id
 """
 
@@ -166,7 +167,8 @@ return false
 """
 
 #: KEYS: run, cmd, inflight.  ARGV: run_id, command JSON ('' = do not queue: the owner is
-#: local and delivered it), channel, target id ('' = none).
+#: local and delivered it), channel, target id ('' = none), the publish command (``SPUBLISH``
+#: on a cluster).
 #: Queue a command for the owner of ``run_id`` and wake it; a target with a command already in
 #: flight (for this run, cluster-wide) is refused. -> 1 queued | 0 run not active | 2 in flight
 COMMAND: Final = """
@@ -177,7 +179,7 @@ if run_id ~= ARGV[1] then return 0 end
 if ARGV[4] ~= '' and redis.call('SADD', KEYS[3], ARGV[4]) == 0 then return 2 end
 if ARGV[2] ~= '' then
   redis.call('RPUSH', KEYS[2], ARGV[2])
-  redis.call('PUBLISH', ARGV[3], 'cmd')
+  redis.call(ARGV[5] or 'PUBLISH', ARGV[3], 'cmd')
 end
 return 1
 """

@@ -40,7 +40,7 @@ class Gateways:
     @property
     def shared(self) -> bool:
         """Gateways started by one test share their conversations (several instances)."""
-        return self.backend == "redis"
+        return self.backend in ("redis", "redis-cluster")
 
     async def __call__(self, settings: Settings | None = None, **kwargs: Any) -> RunningGateway:
         return await self._start(settings, **kwargs)

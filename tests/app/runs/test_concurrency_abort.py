@@ -10,10 +10,14 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from httpx_sse import aconnect_sse
 
 from tests.app.runs.concurrency_support import TERMINALS, CountingProvider, Gateways, gateways
 from tests.app.support.helpers import start_run, wait_state
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

@@ -9,9 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.app.runs.concurrency_support import CountingProvider, Gateways, gateways
 from tests.app.support.helpers import start_run, wait_state
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.backends import ConversationRef
 from tests.app.runs.concurrency_support import Gateways, HeldProvider, gateways
 from tests.app.support.helpers import collect_sse, events_of, start_run
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

@@ -20,6 +20,9 @@ from tests.app.runs.concurrency_support import CountingProvider, Gateways, gatew
 from tests.app.support.gateway_server import RunningGateway, make_settings
 from tests.app.support.helpers import wait_state
 
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
+
 __all__ = ["gateways"]
 
 REQUESTS = 20

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.app.runs.concurrency_support import (
     TERMINALS,
@@ -17,6 +18,9 @@ from tests.app.runs.concurrency_support import (
     ws_requests,
 )
 from tests.app.support.helpers import collect_sse, events_of, start_run, wait_state
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tests.app.runs.concurrency_support import CountingProvider, Gateways, gateways
 from tests.app.support.gateway_server import RunningGateway
 from tests.app.support.helpers import collect_sse, events_of, start_run, wait_state
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

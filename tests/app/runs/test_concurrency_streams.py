@@ -10,11 +10,15 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from httpx_sse import ServerSentEvent, aconnect_sse
 
 from tests.app.runs.concurrency_support import TERMINALS, CountingProvider, Gateways, gateways
 from tests.app.support.gateway_server import make_settings
 from tests.app.support.helpers import collect_sse, events_of
+
+#: Also on the Redis Cluster backend (issue 52).
+pytestmark = pytest.mark.on_redis_cluster
 
 __all__ = ["gateways"]
 

@@ -24,7 +24,9 @@ from tests.app.support.scripted_provider import ScriptedProvider
 from tests.support import eventually
 
 pytestmark = pytest.mark.only_backend(
-    "redis", reason="runs queued on several instances: one cluster-wide queue exists only on Redis"
+    "redis",
+    "redis-cluster",
+    reason="runs queued on several instances: one cluster-wide queue exists only on Redis",
 )
 
 KEY = "fifo"

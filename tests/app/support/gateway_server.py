@@ -65,6 +65,24 @@ def redis_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBa
     )
 
 
+def redis_cluster_backend_for(settings: Settings, prefix: str, instance: str) -> RedisBackend:
+    """:func:`redis_backend_for` on the shared Redis Cluster (``[gateway] redis_cluster``)."""
+    from tests.app.backends.redis.cluster_support import gateway_cluster_client
+
+    gateway = settings.gateway
+    return RedisBackend(
+        gateway_cluster_client(),
+        event_log_max_len=gateway.event_log_max_len,
+        snapshot_every=gateway.snapshot_every,
+        lease_ttl_seconds=gateway.lease_ttl_seconds,
+        key_prefix=prefix,
+        instance_id=instance,
+        conversation_ttl_seconds=gateway.conversation_ttl_seconds,
+        wait_replicas=gateway.redis_wait_replicas,
+        wait_timeout_ms=gateway.redis_wait_timeout_ms,
+    )
+
+
 @contextlib.asynccontextmanager
 async def gateway_on(backend_kind: str, settings: Settings | None = None) -> AsyncIterator[Gateway]:
     """A started ``Gateway`` object (no server) on ``backend_kind``, for a test that drives it
@@ -76,6 +94,11 @@ async def gateway_on(backend_kind: str, settings: Settings | None = None) -> Asy
         if backend_kind == "redis":
             await stack.enter_async_context(shared_redis(prefix))
             backend = redis_backend_for(settings, prefix, f"{prefix}-gw")
+        elif backend_kind == "redis-cluster":
+            from tests.app.backends.redis.cluster_support import shared_cluster
+
+            await stack.enter_async_context(shared_cluster(prefix))
+            backend = redis_cluster_backend_for(settings, prefix, f"{prefix}-gw")
         gateway = Gateway(settings, backend=backend)
         await gateway.start()
         try:

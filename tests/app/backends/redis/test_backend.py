@@ -317,7 +317,7 @@ async def test_a_released_run_is_unmarked_and_wakes_the_runs_waiting_on_every_in
     a, b = pair
     ref = ConversationRef("alice", "turns")
     keys = a.keys(ref)
-    index = a.ownership.index_key(keys.prefix)
+    index = a.ownership.index_key(keys)
     await a.create_conversation(ref, meta())
     assert await a.claim_run(ref, Control("r1"))
     assert await a.redis.zscore(index, keys.tag) is not None  # marked by the claim
@@ -490,8 +490,10 @@ def test_public_surface() -> None:
             "ConversationKeys",
             "RedisBackend",
             "RunFenced",
+            "cluster_client",
             "conversation_tag",
             "create_redis_backend",
+            "is_cluster",
             "redis_client",
         ]
     )

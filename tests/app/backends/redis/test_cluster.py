@@ -1,236 +1,253 @@
-"""Two gateway instances (A and B, separate processes) on one Redis serve one conversation.
-
-Each test gets its own key prefix on the shared Redis, a short lease TTL and, where needed, a
-slow OpenAI-compatible mock upstream that records when its connection is closed.
-"""
+"""The Redis backend on a Redis Cluster (``[gateway] redis_cluster``): the shared backend
+contract on the cluster ``make test`` starts (three masters, three replicas), plus the
+configuration that builds a cluster client."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-import httpx
 import orjson
 import pytest
-from httpx_sse import aconnect_sse
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis.crc import key_slot
 
-from tests.app.support.cluster_support import (
-    LEASE_TTL,
-    TERMINALS,
-    Subscriber,
-    assert_closed,
-    cluster,
-    get_state,
-    is_terminal,
-    post_run,
+from app.backends import ConversationRef
+from app.backends.redis import RedisBackend, create_redis_backend, is_cluster
+from app.backends.redis.cluster import node_address, publish_command
+from app.backends.redis.keys import (
+    CLUSTER_INDEX_BUCKETS,
+    ConversationKeys,
+    index_bucket,
+    sweep_index_keys,
 )
-from tests.app.support.redis_support import serve_slow_upstream
-from tests.support import eventually
-
-pytestmark = pytest.mark.only_backend("redis", reason="two gateway processes sharing one Redis")
-
-
-async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree() -> None:
-    async with cluster() as (a, b):
-        sub = Subscriber(b.url, "c1", is_terminal)
-        await sub.started()
-        res = await post_run(a.url, "c1", {"input": {"prompt": "text:40"}})
-        assert res.status_code == 202, res.text
-        run_id = res.json()["runId"]
-        events = await sub.done(15)
-        assert [e["sequence"] for e in events] == list(range(len(events)))
-        assert all(e["runId"] == run_id for e in events)
-        types = [e["type"] for e in events]
-        assert types[:2] == ["session.started", "run.started"]
-        assert types.count("message.delta") == 40 and types[-1] == "run.completed"
-        assert len(set(sub.ids)) == len(sub.ids)
-        state_a, state_b = await get_state(a.url, "c1"), await get_state(b.url, "c1")
-        assert state_a == state_b
-        assert state_a["cursor"] == sub.ids[-1]
-        assert not state_a["isRequesting"]
-        # Resume on A from a cursor B handed out: exactly the rest, nothing repeated.
-        resumed = Subscriber(a.url, "c1", is_terminal, since=sub.ids[9])
-        rest = await resumed.done(10)
-        assert not resumed.snapshots
-        assert [e["sequence"] for e in rest] == list(range(10, len(events)))
+from app.backends.types import LogItem
+from app.config import ConfigError, Settings, load_settings
+from providers.contract import Command
+from tests.app.backends.redis.cluster_support import (
+    SHARED_CLUSTER_URL,
+    make_cluster_backend,
+    shared_cluster,
+)
+from tests.app.support.backend_contract import LOG_MAX, BackendContract, Control, meta, run_events
+from tests.app.support.redis_support import unique_prefix
+from tests.support import eventually, eventually_async
 
 
-async def test_abort_via_b_closes_the_upstream_of_the_run_on_a() -> None:
-    # The upstream streams for 60 s unless the abort closes it.
-    async with serve_slow_upstream(chunks=1200) as upstream, cluster(upstream.url) as (a, b):
-        sub = Subscriber(b.url, "c1", is_terminal)
-        await sub.started()
-        res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
-        assert res.status_code == 202, res.text
-        await asyncio.wait_for(upstream.started.wait(), 10)
-        await eventually(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 3)
-        async with httpx.AsyncClient(base_url=b.url, timeout=10.0) as client:
-            t0 = time.monotonic()
-            answer = await client.post("/v1/conversations/c1/abort", json={})
-        assert answer.status_code == 202, answer.text
-        assert answer.json() == {"runId": res.json()["runId"], "aborted": True}
-        await asyncio.wait_for(upstream.disconnected.wait(), 10)
-        assert upstream.disconnected_at is not None
-        latency = upstream.disconnected_at - t0
-        assert latency < 10, f"abort took {latency:.3f} s to reach the upstream"
-        events = await sub.done(10)
-        assert events[-1]["type"] == "run.cancelled"
-        assert upstream.finished == 0
-        assert_closed(await get_state(b.url, "c1"), res.json()["runId"])
+class TestRedisClusterBackendContract(BackendContract):
+    @pytest.fixture
+    async def backend(self) -> AsyncIterator[RedisBackend]:
+        prefix = unique_prefix()
+        async with shared_cluster(prefix):
+            backend = make_cluster_backend(prefix, event_log_max_len=LOG_MAX)
+            await backend.start()
+            yield backend
+            await backend.close()
 
 
-async def test_command_via_b_reaches_the_owner_on_a() -> None:
-    async with cluster() as (a, b):
-        sub = Subscriber(b.url, "c1", lambda e: e["type"] == "approval.requested")
-        await sub.started()
-        res = await post_run(a.url, "c1", {"input": {"prompt": "approval:ap1"}})
-        assert res.status_code == 202, res.text
-        run_id = res.json()["runId"]
-        await sub.done(10)
-        follow = Subscriber(b.url, "c1", is_terminal, since=sub.ids[-1])
-        async with httpx.AsyncClient(base_url=b.url, timeout=10.0) as client:
-            answer = await client.post(
-                "/v1/conversations/c1/approvals/ap1", json={"decision": "approved"}
-            )
-        assert answer.status_code == 202, answer.text
-        assert answer.json()["runId"] == run_id
-        events = await follow.done(10)
-        types = [e["type"] for e in events]
-        assert "approval.resolved" in types and types[-1] == "run.completed"
-        state = await get_state(b.url, "c1")
-        approval = next(iter(state["agentState"]["approvals"].values()))
-        assert approval["status"] == "completed" and approval["decision"] == "approved"
-        assert state == await get_state(a.url, "c1")
+@pytest.fixture
+async def cluster_pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
+    """Two instances on the shared cluster (short leases, a poll far longer than any bound
+    below: a wake-up that arrives in time came by pub/sub)."""
+    prefix = unique_prefix()
+    async with shared_cluster(prefix):
+        options: dict[str, Any] = {"lease_ttl_seconds": 0.5, "snapshot_every": 3}
+        a = make_cluster_backend(prefix, instance_id="A", poll_interval=30.0, **options)
+        b = make_cluster_backend(prefix, instance_id="B", poll_interval=30.0, **options)
+        await a.start()
+        await b.start()
+        yield a, b
+        await a.close()
+        await b.close()
 
 
-async def test_kill_9_of_the_owner_fails_the_run_on_b_within_the_lease() -> None:
-    async with (
-        serve_slow_upstream() as upstream,
-        cluster(upstream.url, lease_ttl=LEASE_TTL) as (a, b),
-    ):
-        sub = Subscriber(b.url, "c1", is_terminal)
-        await sub.started()
-        res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
-        assert res.status_code == 202, res.text
-        run_id = res.json()["runId"]
-        await eventually(lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 5)
-        a.kill()
-        killed_at = time.monotonic()
-        events = await sub.done(LEASE_TTL + 5)
-        detected = time.monotonic() - killed_at
-        assert detected < LEASE_TTL + 2, f"lost owner noticed after {detected:.2f} s"
-        last = events[-1]
-        assert last["type"] == "run.failed"
-        assert last["payload"]["error"]["code"] == "gateway_instance_lost"
-        assert last["payload"]["error"]["retryable"] is True
-        failed_message = [e for e in events if e["type"] == "message.failed"]
-        assert len(failed_message) == 1  # the assistant message that was streaming
-        assert [e["sequence"] for e in events] == list(range(len(events)))
-        state = await get_state(b.url, "c1")
-        assert state["agentState"]["runs"][run_id]["status"] == "failed"
-        assert state["agentState"]["issues"] == []
-        assert_closed(state, run_id)
-        assert not state["isRequesting"]
-        # Nothing after the fence: the log ends with the run.failed B saw.
-        assert state["cursor"] == sub.ids[-1]
-        # The conversation is usable again: a new run on B completes.
-        res2 = await post_run(b.url, "c1", {"input": {"prompt": "text:3"}})
-        assert res2.status_code == 202, res2.text
+def test_settings_build_a_cluster_client_seeded_by_the_url_and_the_nodes(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        "[gateway]\nbackend = \"redis\"\n"
+        f"redis_url = \"{SHARED_CLUSTER_URL}\"\nredis_cluster = true\n"
+        "redis_cluster_nodes = [\"127.0.0.1:7381\", \"[::1]:7382\"]\nredis_wait_replicas = 1\n"
+    )
+    settings = load_settings(config)
+    backend = create_redis_backend(settings)
+    assert is_cluster(backend.redis)
+    client: Any = backend.redis
+    seeds = {node.name for node in client.nodes_manager.startup_nodes.values()}
+    assert {"127.0.0.1:7381", "::1:7382"} <= seeds
+    assert publish_command(backend.redis) == "SPUBLISH"
+    standalone = create_redis_backend(Settings.model_validate({"gateway": {"backend": "redis"}}))
+    assert not is_cluster(standalone.redis) and publish_command(standalone.redis) == "PUBLISH"
 
 
-async def test_double_submit_storm_over_two_instances_gives_one_202() -> None:
-    async with cluster() as (a, b):
-        bodies = {"input": {"prompt": "sleep:2"}, "multitask": "reject"}
-        async with (
-            httpx.AsyncClient(base_url=a.url, timeout=20.0) as ca,
-            httpx.AsyncClient(base_url=b.url, timeout=20.0) as cb,
-        ):
-            answers = await asyncio.gather(
-                *(
-                    (ca if i % 2 else cb).post("/v1/conversations/storm/runs", json=bodies)
-                    for i in range(50)
-                )
-            )
-            codes = sorted(r.status_code for r in answers)
-            assert codes.count(202) == 1, codes
-            assert codes.count(409) == 49, codes
-            assert all(
-                r.json()["error"]["code"] == "run_in_progress"
-                for r in answers
-                if r.status_code == 409
-            )
+@pytest.mark.parametrize(
+    ("gateway", "wrong"),
+    [
+        ({"redis_cluster": True, "redis_cluster_nodes": ["nohost"]}, "host:port"),
+        ({"redis_cluster_nodes": ["127.0.0.1:7381"]}, "needs redis_cluster"),
+        ({"redis_wait_replicas": 1}, "applies to a cluster"),
+    ],
+)
+def test_cluster_settings_that_cannot_work_are_refused(
+    tmp_path: Path, gateway: dict[str, object], wrong: str
+) -> None:
+    config = tmp_path / "gateway.toml"
+    lines = [f"{name} = {orjson.dumps(value).decode()}" for name, value in gateway.items()]
+    config.write_text("[gateway]\n" + "\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=wrong):
+        load_settings(config)
 
 
-async def test_interrupt_from_two_instances_never_runs_two_at_once() -> None:
-    async with cluster() as (a, b):
-        sub = Subscriber(b.url, "c2", lambda e: False)
-        await sub.started()
-        first = await post_run(a.url, "c2", {"input": {"prompt": "sleep:5"}})
-        assert first.status_code == 202
-        await eventually(lambda: any(e["type"] == "run.started" for e in sub.events))
-        second = await post_run(
-            b.url, "c2", {"input": {"prompt": "text:2"}, "multitask": "interrupt"}
-        )
-        assert second.status_code == 202, second.text
-        second_id = second.json()["runId"]
-        await eventually(
-            lambda: any(
-                e["type"] == "run.completed" and e["runId"] == second_id for e in sub.events
-            )
-        )
-        sub.task.cancel()
-        active: set[str] = set()
-        order = []
-        for e in sub.events:
-            if e["type"] == "run.started":
-                assert not active, "two runs active at once"
-                active.add(e["runId"])
-            elif e["type"] in TERMINALS:
-                active.discard(e["runId"])
-                order.append((e["runId"], e["type"]))
-        assert order == [
-            (first.json()["runId"], "run.cancelled"),
-            (second.json()["runId"], "run.completed"),
-        ]
+def test_node_address_reads_host_and_port() -> None:
+    assert node_address("10.0.0.1:7000") == ("10.0.0.1", 7000)
+    assert node_address("[::1]:7001") == ("::1", 7001)
+    with pytest.raises(ValueError):
+        node_address("10.0.0.1")
 
 
-async def test_until_idle_on_b_waits_for_the_run_on_a() -> None:
-    async with cluster() as (a, b):
-        res = await post_run(a.url, "c1", {"input": {"prompt": "text:2 sleep:1 text:2"}})
-        assert res.status_code == 202
-        started = time.monotonic()
-        async with (
-            httpx.AsyncClient(base_url=b.url, timeout=15.0) as client,
-            aconnect_sse(
-                client, "GET", "/v1/conversations/c1/events", params={"untilIdle": "true"}
-            ) as source,
-        ):
-            frames = [sse async for sse in source.aiter_sse() if sse.data]
-        # The stream on B stayed open until the run on A ended, then closed by itself.
-        assert time.monotonic() - started > 0.8
-        last = orjson.loads(frames[-1].data)
-        assert last["type"] == "run.completed" and last["runId"] == res.json()["runId"]
-        async with httpx.AsyncClient(base_url=b.url, timeout=15.0) as client:
-            idle = await client.get("/v1/conversations/c1/events", params={"untilIdle": "true"})
-        assert idle.status_code == 200 and "event: snapshot" in idle.text  # closes at once
+def test_a_conversations_keys_and_channels_share_one_slot() -> None:
+    keys = ConversationKeys.for_conversation("alice", "c1", "agw")
+    names = [*keys.all_keys(), keys.ctl, keys.turn, keys.accepted("scope"), *keys.queue_keys]
+    names.append(f"agw:{{{keys.tag}}}:subs")  # limits.py's per-conversation subscribers
+    assert {key_slot(name.encode()) for name in names} == {key_slot(keys.meta.encode())}
 
 
-async def test_many_conversations_at_once_over_two_instances() -> None:
-    async with cluster() as (a, b):
-        keys = [f"many-{i}" for i in range(12)]
-        subs = {key: Subscriber(b.url, key, is_terminal) for key in keys}
-        await asyncio.gather(*(sub.started() for sub in subs.values()))
-        answers = await asyncio.gather(
-            *(
-                post_run((a if i % 2 else b).url, key, {"input": {"prompt": f"text:{10 + i}"}})
-                for i, key in enumerate(keys)
-            )
-        )
-        assert [r.status_code for r in answers] == [202] * len(keys)
-        for i, key in enumerate(keys):
-            events = await subs[key].done(20)
-            assert {e["runId"] for e in events} == {answers[i].json()["runId"]}
-            assert [e["sequence"] for e in events] == list(range(len(events)))
-            assert sum(e["type"] == "message.delta" for e in events) == 10 + i
-        states = await asyncio.gather(*(get_state(a.url, key) for key in keys))
-        assert states == list(await asyncio.gather(*(get_state(b.url, key) for key in keys)))
+def test_the_sweep_indexes_are_one_key_standalone_and_buckets_on_a_cluster() -> None:
+    assert sweep_index_keys("agw", "runs", 1) == ["agw:runs"]
+    buckets = sweep_index_keys("agw", "runs", CLUSTER_INDEX_BUCKETS)
+    assert len(set(buckets)) == CLUSTER_INDEX_BUCKETS
+    slots = {key_slot(b.encode()) for b in buckets}
+    assert len(slots) == CLUSTER_INDEX_BUCKETS
+    # The three masters of a cluster made by redis-cli split the slots in thirds: each holds
+    # some buckets, so no shard takes every run start's mark.
+    thirds = {slot * 3 // 16384 for slot in slots}
+    assert thirds == {0, 1, 2}
+    tags = [ConversationKeys.for_conversation("p", f"k{n}").tag for n in range(200)]
+    used = {index_bucket(tag, CLUSTER_INDEX_BUCKETS) for tag in tags}
+    assert used == set(range(CLUSTER_INDEX_BUCKETS))
+
+
+async def test_a_lost_owner_nobody_looks_at_is_swept_from_its_bucket(
+    cluster_pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    a, b = cluster_pair
+    ref = ConversationRef("alice", "unwatched")
+    await a.create_conversation(ref, meta())
+    assert await a.claim_run(ref, Control("r1"))
+    for e in run_events("r1", 1):
+        await a.append_event(ref, e)
+    keys = a.keys(ref)
+    bucket = a.ownership.index_key(keys)
+    assert bucket != f"{a.prefix}:runs" and bucket.startswith(f"{a.prefix}:{{runs.")
+    assert await a.redis.zscore(bucket, keys.tag) is not None
+    await a._owned.pop(keys.tag).stop()  # A is gone; nobody reads the conversation
+
+    async def run_failed() -> bool:
+        last: Any = await b.redis.xrevrange(keys.log, count=1)
+        return bool(last) and last[0][1][b"t"] == b"run.failed"
+
+    await eventually_async(run_failed, within=10, what="the sweeper ends the run")
+
+    async def unmarked() -> bool:
+        return await b.redis.zscore(bucket, keys.tag) is None
+
+    await eventually_async(unmarked, within=10, what="the sweeper drops the run's entry")
+    assert b.hub.readers == {}  # found by the sweep, not by a reader
+
+
+async def test_an_abort_from_another_instance_wakes_the_owner_by_sharded_pubsub(
+    cluster_pair: tuple[RedisBackend, RedisBackend],
+) -> None:
+    """Polls are 30 s apart here: the owner hears an abort and a command from the other
+    instance within seconds only through its shard channel (SSUBSCRIBE), for conversations
+    on every master."""
+    a, b = cluster_pair
+    refs = [ConversationRef("alice", f"wake-{n}") for n in range(6)]
+    controls = {}
+    for n, ref in enumerate(refs):
+        await a.create_conversation(ref, meta())
+        controls[ref] = Control(f"r{n}")
+        assert await a.claim_run(ref, controls[ref])
+    client: Any = b.redis
+    await client.initialize()  # the slots known (a cluster client learns them at first use)
+    masters = {client.get_node_from_key(a.keys(ref).ctl).name for ref in refs}
+    assert len(masters) >= 2  # conversations on several shards
+    polls = a.bus.polls
+    started = time.monotonic()
+    for n, ref in enumerate(refs):
+        if n % 2:
+            assert await b.request_abort(ref, None, "aborted") == f"r{n}"
+        else:
+            approve = Command("approval.resolve", {"approvalId": f"ap{n}", "decision": "ok"})
+            assert await b.send_command(ref, f"r{n}", approve) is True
+    await eventually(
+        lambda: all(
+            controls[ref].aborts == ["aborted"] if n % 2 else len(controls[ref].commands) == 1
+            for n, ref in enumerate(refs)
+        ),
+        within=10,
+        what="every owner woken",
+    )
+    assert time.monotonic() - started < 10
+    assert a.bus.polls > polls  # woken, then polled the woken inboxes
+    for n, ref in enumerate(refs):
+        await a.release_run(ref, f"r{n}")
+
+
+@contextmanager
+def cluster_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The commands and pipelines this task sends through a cluster client, one entry per
+    round trip (a pipeline's commands go to their shards in parallel: one)."""
+    task = asyncio.current_task()
+    sent: list[str] = []
+    command, pipeline = RedisCluster.execute_command, ClusterPipeline.execute
+    queue = ClusterPipeline.execute_command
+    queued: dict[int, list[str]] = {}
+
+    async def counted_command(self: RedisCluster, *args: Any, **options: Any) -> Any:
+        if asyncio.current_task() is task:
+            sent.append(str(args[0]))
+        return await command(self, *args, **options)
+
+    def queued_command(self: ClusterPipeline, *args: Any, **options: Any) -> Any:
+        queued.setdefault(id(self), []).append(str(args[0]))
+        return queue(self, *args, **options)
+
+    async def counted_pipeline(self: ClusterPipeline, *args: Any, **options: Any) -> Any:
+        names = queued.pop(id(self), [])
+        if asyncio.current_task() is task:
+            sent.append("|".join(names))
+        return await pipeline(self, *args, **options)
+
+    with monkeypatch.context() as m:
+        m.setattr(RedisCluster, "execute_command", counted_command)
+        m.setattr(ClusterPipeline, "execute_command", queued_command)
+        m.setattr(ClusterPipeline, "execute", counted_pipeline)
+        yield sent
+
+
+async def test_a_claim_costs_the_same_round_trips_on_a_cluster_as_standalone(
+    cluster_pair: tuple[RedisBackend, RedisBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``test_redis_run_start``'s first test: the claim script, then one pipeline (index
+    bucket, meta, snapshot and the new log, on two shards at once); the run's first snapshot
+    sends nothing; an append batch is one script call."""
+    a, _ = cluster_pair
+    ref = ConversationRef("p", "fresh")
+    assert await a.create_conversation(ref, meta())
+    with cluster_round_trips(monkeypatch) as sent:
+        assert await a.claim_run(ref, Control("r1"))
+        claimed = list(sent)
+        snapshot = await a.snapshot(ref)
+    assert len(claimed) == 2, claimed
+    assert "XRANGE" in claimed[1] and "HGETALL" in claimed[1], claimed
+    assert sent == claimed  # the snapshot sent nothing
+    assert snapshot is not None and snapshot.meta.title == "t"
+    pipe: Any = a.instance.log._append
+    before = pipe.round_trips
+    items = [LogItem.of_event(e) for e in run_events("r1", 20)]
+    assert len(await a.append_batch(ref, items)) == len(items)
+    assert pipe.round_trips - before == 1  # a delta batch: one script call, one round trip

@@ -143,6 +143,7 @@ def _address(pipeline: ScriptPipeline) -> str:
 
 async def _held_connection_survives_its_loss(client: Redis, redis: Redis, prefix: str) -> None:
     log = EventLog(client, max_len=1000)
+    assert isinstance(log._append, ScriptPipeline)  # standalone: not a cluster's
     keys = keys_for(prefix, "held")
     await log.append(keys, "", [ev(0)])
     conn = log._append._conn
@@ -175,13 +176,15 @@ async def test_a_reply_no_call_waits_for_drops_the_connection_and_the_call_is_se
     client = redis_client(SHARED_REDIS_URL)
     try:
         log = EventLog(client, max_len=1000)
+        assert isinstance(log._append, ScriptPipeline)  # standalone: not a cluster's
         keys = keys_for(prefix, "stray")
         await log.append(keys, "", [ev(0)])
         address = _address(log._append)
         wire = log._append._wire
         assert wire is not None
         wire.transport.write(b"*1\r\n$4\r\nPING\r\n")  # its +PONG comes unasked for
-        await eventually_async(lambda: _dropped(log._append, wire), within=5, what="dropped")
+        pipeline = log._append
+        await eventually_async(lambda: _dropped(pipeline, wire), within=5, what="dropped")
         await asyncio.gather(*(log.append(keys, "", [ev(n)]) for n in (1, 2)))
         assert sorted(await _logged(log, keys)) == [0, 1, 2]
         assert _address(log._append) != address
@@ -290,6 +293,7 @@ async def test_a_first_send_whose_reply_is_lost_is_sent_again_looking_for_itself
     client = redis_client(SHARED_REDIS_URL)
     try:
         log = EventLog(client, max_len=1000)
+        assert isinstance(log._append, ScriptPipeline)  # standalone: not a cluster's
         keys = keys_for(prefix, "lost-reply")
         await log.append(keys, "", [ev(0)])
         pipeline = log._append
