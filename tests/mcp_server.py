@@ -48,6 +48,9 @@ class TestMcpServer:
         self.cancel_seen = asyncio.Event()
         self.slow_started = asyncio.Event()
         self.authorizations: list[str] = []
+        #: ``slow`` calls running now, and the most that ever ran at once
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.mcp = MCPServer("gateway-test-tools")
         self._register()
         self._endpoint = self.mcp.streamable_http_app(streamable_http_path="/")
@@ -64,12 +67,16 @@ class TestMcpServer:
         async def slow(seconds: float = 30.0) -> str:
             self.calls.append(("slow", {"seconds": seconds}))
             self.slow_started.set()
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
                 await anyio.sleep(seconds)
             except anyio.get_cancelled_exc_class():
                 self.cancelled.append(("slow", time.monotonic()))
                 self.cancel_seen.set()
                 raise
+            finally:
+                self.in_flight -= 1
             return f"slept {seconds}"
 
         @mcp.tool(description="Always fails.")

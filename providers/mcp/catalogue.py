@@ -47,9 +47,7 @@ class _Listing:
 class ToolCatalogue:
     """Cached listings of the servers of one :class:`McpSettings`."""
 
-    def __init__(
-        self, settings: McpSettings, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, settings: McpSettings, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self._clock = clock
         self._listings: dict[str, _Listing] = {}

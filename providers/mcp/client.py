@@ -67,9 +67,7 @@ async def _session(server: McpServerConfig, on_list_changed: OnListChanged | Non
 
     async with _http_client(server) as http:
         transport = streamable_http_client(server.url, http_client=http)
-        async with Client(
-            transport, mode="legacy", message_handler=handler, cache=None
-        ) as client:
+        async with Client(transport, mode="legacy", message_handler=handler, cache=None) as client:
             yield client
 
 

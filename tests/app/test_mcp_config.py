@@ -96,7 +96,7 @@ def test_unknown_server_named(tmp_path: Path) -> None:
         ('[mcp.servers.a]\nurl = "ftp://h/"\n', "http:// or https://"),
         ('[mcp.servers.a]\nurl = "http://h/"\napproval = "sometimes"\n', "approval"),
         ('[mcp.servers.a]\nurl = "http://h/"\nsurprise = 1\n', "surprise"),
-        ('[mcp]\nmax_parallel = 0\n', "max_parallel"),
+        ("[mcp]\nmax_parallel = 0\n", "max_parallel"),
     ],
 )
 def test_invalid_sections(tmp_path: Path, table: str, message: str) -> None:
