@@ -140,6 +140,29 @@ async def serve_mcp(token: str = DEFAULT_TOKEN) -> AsyncIterator[ServedMcp]:
         yield ServedMcp(server, port)
 
 
+@asynccontextmanager
+async def serve_mcp_in_task(token: str = DEFAULT_TOKEN) -> AsyncIterator[ServedMcp]:
+    """:func:`serve_mcp` held by a task of its own: for a fixture, whose setup and teardown
+    run in different tasks (the SDK's task groups must be left by the task that entered)."""
+    stop = asyncio.Event()
+    ready: asyncio.Future[ServedMcp] = asyncio.get_running_loop().create_future()
+
+    async def hold() -> None:
+        async with serve_mcp(token) as served:
+            ready.set_result(served)
+            await stop.wait()
+
+    task = asyncio.create_task(hold())
+    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()  # it failed to start: raise why
+    try:
+        yield ready.result()
+    finally:
+        stop.set()
+        await task
+
+
 class ServedMcp:
     """A running test server: its tools' record and its URL."""
 
