@@ -153,7 +153,8 @@ async def serve_mcp_in_task(token: str = DEFAULT_TOKEN) -> AsyncIterator[ServedM
             await stop.wait()
 
     task = asyncio.create_task(hold())
-    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    waiters: set[asyncio.Future[Any]] = {task, ready}
+    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         task.result()  # it failed to start: raise why
     try:
