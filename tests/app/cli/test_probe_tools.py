@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from app.cli.main import main
-from tests.app.redis_support import free_port
 from tests.mcp_server import DEFAULT_TOKEN
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
