@@ -5,6 +5,7 @@ the instance that does not own the run still reaches the owner, which runs the c
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 from collections.abc import AsyncIterator
@@ -181,3 +182,22 @@ async def test_approval_sent_to_the_instance_that_does_not_own_the_run(
         state = await wait_state(b, KEY, run_ended)
     assert [r["status"] for r in state["agentState"]["runs"].values()] == ["completed"]
     assert mcp_server.server.calls == [("echo", {"text": "hi", "times": 1})]
+
+
+async def test_abort_cancels_the_call_on_the_mcp_server(
+    start_gateway: StartGateway, mcp_server: ServedMcp
+) -> None:
+    calls = [("call_1", "tools__slow", '{"seconds": 60}')]
+    async with serve_mock([openai_frames(tool_calls=calls)]) as upstream:
+        gw = await start_gateway(settings_for(mcp_server, upstream, approval="never"))
+        async with gw.client() as client:
+            await start_run(client, KEY, "go")
+            await asyncio.wait_for(mcp_server.server.slow_started.wait(), 10)
+            aborted = await client.post(f"{BASE}/abort")
+            assert aborted.status_code == 202, aborted.text
+            await asyncio.wait_for(mcp_server.server.cancel_seen.wait(), 5)
+            state = await wait_state(client, KEY, run_ended)
+    assert [name for name, _ in mcp_server.server.cancelled] == ["slow"]
+    tool = next(iter(state["agentState"]["toolCalls"].values()))
+    assert tool["status"] == "cancelled"
+    assert [r["status"] for r in state["agentState"]["runs"].values()] == ["cancelled"]
