@@ -9,7 +9,7 @@ import sys
 
 from app.config import Settings
 from providers.mcp import McpSettings
-from providers.mcp.catalogue import ToolCatalogue
+from providers.mcp.catalogue import MODEL_TOOL_NAME, ToolCatalogue
 from providers.mcp.client import McpToolInfo
 
 __all__ = ["probe_tools"]
@@ -50,5 +50,7 @@ def probe_tools(settings: Settings) -> int:
 def _line(server: str, tool: McpToolInfo, exposed: bool, approval: bool) -> str:
     if not exposed:
         return f"{tool.name}: hidden (allow/deny)"
+    if not MODEL_TOOL_NAME.match(f"{server}__{tool.name}"):
+        return f"{tool.name}: hidden (name unusable by model APIs: [A-Za-z0-9_-], 64 at most)"
     policy = "approval" if approval else "no approval"
     return f"{tool.name}: exposed as {server}__{tool.name} ({policy})"

@@ -8,6 +8,8 @@ it). A server that cannot be listed contributes no tools to that model call; the
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,7 +18,13 @@ from typing import Any
 from providers.mcp import client
 from providers.mcp.config import McpServerConfig, McpSettings, tool_name
 
-__all__ = ["ExposedTool", "ToolCatalogue"]
+__all__ = ["MODEL_TOOL_NAME", "ExposedTool", "ToolCatalogue"]
+
+log = logging.getLogger("agent_gateway.mcp")
+
+#: A tool name every model API accepts (OpenAI's rule, the strictest): a server tool whose
+#: name-spaced name breaks it is not offered.
+MODEL_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +84,11 @@ class ToolCatalogue:
             for info in listing or ():
                 if server.exposes(info.name):
                     name = tool_name(server.name, info.name)
+                    if not MODEL_TOOL_NAME.match(name):
+                        log.warning(
+                            "mcp tool %r of %s: name unusable by model APIs", info.name, server.name
+                        )
+                        continue
                     exposed[name] = ExposedTool(
                         name, server.name, info.name, info.description, info.input_schema
                     )

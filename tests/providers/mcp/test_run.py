@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from providers.anthropic_messages import AnthropicMessagesProvider
-from providers.contract import AgentEvent
+from providers.contract import AgentEvent, Command
 from providers.mcp import McpSettings
 from providers.model_calls import ModelApiProvider
 from providers.openai_chat import OpenAIChatProvider
@@ -230,3 +230,29 @@ async def test_abort_during_slow_cancels_the_call_on_the_server() -> None:
         "run.cancelled",
     ]
     assert [name for name, _ in server.server.cancelled] == ["slow"]
+
+
+@pytest.mark.parametrize("api", list(APIS))
+async def test_approval_then_call_on_every_api(api: str) -> None:
+    make, calls, text = APIS[api]
+
+    def approve(events: list[AgentEvent]) -> Command:
+        approval = of_type(events, "approval.requested")[-1]["payload"]
+        return Command(
+            "approval.resolve", {"approvalId": approval["approvalId"], "decision": "approved"}
+        )
+
+    async with serve_mcp() as server:
+        responses = [calls([("call_1", "tools__echo", '{"text":"ok"}')]), text("done")]
+        async with serve_mock(responses) as mock:
+            settings = settings_for(server.url, approval="always")
+            provider = make(url=mock.url, model="m", mcp=settings)
+            events = await run(provider, commands=[approve])
+    assert types_of(events, "approval.", "tool.running", "tool.completed") == [
+        "approval.requested",
+        "approval.resolved",
+        "tool.running",
+        "tool.completed",
+    ]
+    assert server.server.calls == [("echo", {"text": "ok", "times": 1})]
+    assert tool_result_texts(mock.requests[1]) == ["ok"]
