@@ -51,6 +51,8 @@ class TestMcpServer:
         #: ``slow`` calls running now, and the most that ever ran at once
         self.in_flight = 0
         self.max_in_flight = 0
+        #: True: every MCP request is answered 503 (a server gone down behind its proxy)
+        self.down = False
         self.mcp = MCPServer("gateway-test-tools")
         self._register()
         self._endpoint = self.mcp.streamable_http_app(streamable_http_path="/")
@@ -119,7 +121,13 @@ class TestMcpServer:
         async def stats(request: Request) -> JSONResponse:
             return JSONResponse(self.stats())
 
-        return Starlette(routes=[Route("/stats", stats), Mount("/mcp", app=inner)])
+        async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+            if self.down and scope["type"] == "http":
+                await JSONResponse({"error": "down"}, 503)(scope, receive, send)
+                return
+            await inner(scope, receive, send)
+
+        return Starlette(routes=[Route("/stats", stats), Mount("/mcp", app=endpoint)])
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -202,6 +202,24 @@ async def test_server_down_mid_conversation_is_a_tool_failure() -> None:
     assert "unreachable" in tool_result_texts(m.requests[2])[0]
 
 
+async def test_server_down_mid_run_is_a_tool_failure() -> None:
+    async with serve_mcp() as server:
+
+        def listed_then_down(body: dict[str, Any]) -> Frames:
+            server.server.down = True  # the tools were listed for this model call: now it fails
+            return openai_frames(tool_calls=[("c1", "tools__echo", '{"text":"x"}')])
+
+        responses = [listed_then_down, openai_frames(text="it is down")]
+        async with serve_mock(responses) as m:
+            events = await run(
+                OpenAIChatProvider(url=m.url, model="m", mcp=settings_for(server.url))
+            )
+    assert "tools__echo" in tool_names(m.requests[0])
+    assert of_type(events, "tool.failed")[0]["payload"]["error"]["code"] == "mcp_unavailable"
+    assert of_type(events, "run.completed") and len(m.requests) == 2
+    assert server.server.calls == []
+
+
 async def test_tool_list_change_reaches_the_next_model_call() -> None:
     responses = [openai_frames(tool_calls=[("c1", "tools__grow", "{}")]), openai_frames(text="ok")]
     async with serve_mcp() as server, serve_mock(responses) as m:
