@@ -22,6 +22,7 @@ from tests.mcp_server import serve_mcp
 from tests.providers.mcp.support import of_type, settings_for, types_of
 from tests.providers.mock_upstreams import (
     Frames,
+    Responder,
     anthropic_frames,
     openai_frames,
     responses_frames,
@@ -209,7 +210,7 @@ async def test_server_down_mid_run_is_a_tool_failure() -> None:
             server.server.down = True  # the tools were listed for this model call: now it fails
             return openai_frames(tool_calls=[("c1", "tools__echo", '{"text":"x"}')])
 
-        responses = [listed_then_down, openai_frames(text="it is down")]
+        responses: list[Frames | Responder] = [listed_then_down, openai_frames(text="it is down")]
         async with serve_mock(responses) as m:
             events = await run(
                 OpenAIChatProvider(url=m.url, model="m", mcp=settings_for(server.url))
