@@ -1,6 +1,9 @@
 """The MCP client of the gateway: the official ``mcp`` SDK over streamable HTTP, one session
 per listing or call (initialize handshake, then the request, then the session is closed).
 
+The SDK is imported on first use: a gateway without MCP servers never loads it (it is a large
+import, and every gateway process starts through this module).
+
 Cancelling :func:`call_tool` (an abort) makes the SDK send ``notifications/cancelled`` for the
 request, then the session's connection closes. Every library failure becomes
 :class:`McpUnavailable` (server unreachable, HTTP error, protocol error) or
@@ -14,14 +17,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
-
-import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, ToolListChangedNotification
+from typing import TYPE_CHECKING, Any
 
 from providers.mcp.config import McpServerConfig
+
+if TYPE_CHECKING:
+    import httpx2
+    from mcp.types import CallToolResult
 
 __all__ = ["McpTimeout", "McpToolInfo", "McpUnavailable", "ToolOutcome", "call_tool", "list_tools"]
 
@@ -55,12 +57,18 @@ class ToolOutcome:
 
 
 def _http_client(server: McpServerConfig) -> httpx2.AsyncClient:
+    import httpx2
+
     timeout = httpx2.Timeout(server.timeout_seconds, read=max(server.timeout_seconds, 30.0))
     return httpx2.AsyncClient(headers=dict(server.headers), timeout=timeout)
 
 
 @asynccontextmanager
 async def _session(server: McpServerConfig, on_list_changed: OnListChanged | None) -> Any:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.types import ToolListChangedNotification
+
     async def handler(message: Any) -> None:
         if on_list_changed is not None and isinstance(message, ToolListChangedNotification):
             on_list_changed(server.name)

@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 __all__ = ["schema_errors"]
 
 MAX_ERRORS = 20
@@ -20,6 +17,9 @@ def schema_errors(schema: Mapping[str, Any] | None, value: Any) -> list[dict[str
         return [{"path": "", "message": "The arguments must be a JSON object."}]
     if not schema:
         return []
+    from jsonschema import Draft202012Validator  # on first use: a large import
+    from jsonschema.exceptions import SchemaError
+
     try:
         validator = Draft202012Validator(dict(schema))
         found = sorted(validator.iter_errors(value), key=lambda error: list(error.path))
