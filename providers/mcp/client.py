@@ -1,8 +1,9 @@
 """The MCP client of the gateway: the official ``mcp`` SDK over streamable HTTP, one session
 per listing or call (initialize handshake, then the request, then the session is closed).
 
-The SDK is imported on first use: a gateway without MCP servers never loads it (it is a large
-import, and every gateway process starts through this module).
+The SDK is a large import: :func:`load_sdk` imports it when a provider with MCP servers is
+built (at start, never inside a run, where it would block the event loop for seconds); a
+gateway without MCP servers never loads it.
 
 Cancelling :func:`call_tool` (an abort) makes the SDK send ``notifications/cancelled`` for the
 request, then the session's connection closes. Every library failure becomes
@@ -25,7 +26,15 @@ if TYPE_CHECKING:
     import httpx2
     from mcp.types import CallToolResult
 
-__all__ = ["McpTimeout", "McpToolInfo", "McpUnavailable", "ToolOutcome", "call_tool", "list_tools"]
+__all__ = [
+    "McpTimeout",
+    "McpToolInfo",
+    "McpUnavailable",
+    "ToolOutcome",
+    "call_tool",
+    "list_tools",
+    "load_sdk",
+]
 
 log = logging.getLogger("agent_gateway.mcp")
 
@@ -54,6 +63,12 @@ class ToolOutcome:
     result: Any
     is_error: bool
     text: str
+
+
+def load_sdk() -> None:
+    """Import the SDK (and jsonschema, for edited arguments) now."""
+    import jsonschema  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
 
 
 def _http_client(server: McpServerConfig) -> httpx2.AsyncClient:

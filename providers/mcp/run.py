@@ -65,6 +65,7 @@ class McpTools:
     def __init__(self, settings: McpSettings) -> None:
         self.settings = settings
         self.catalogue = ToolCatalogue(settings)
+        client.load_sdk()  # at start: never a blocking import inside a run
 
     def state(self, ctx: RunContext) -> _RunState:
         state: _RunState | None = ctx.scratch.get(self.scratch_key)

@@ -26,7 +26,7 @@ async def test_owner_killed_mid_call_ends_the_run_instance_lost_without_replay()
         await sub.started()
         res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
         assert res.status_code == 202, res.text
-        await asyncio.wait_for(served.server.slow_started.wait(), 20)
+        await asyncio.wait_for(served.server.slow_started.wait(), 60)
         a.kill()
         events = await sub.done(LEASE_TTL + 10)
         running = [e for e in events if e["type"] == "tool.running"]
