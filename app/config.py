@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from app.auth.tokens import load_tokens_file
+from app.mcp_config import MCP_PROVIDER_KINDS, McpSection
 from core.runs import RUN_TERMINAL_TYPE_LIST, RunTerminalType
 from providers.transports import DEFAULT_MAX_CONNECTIONS
 
@@ -191,6 +192,8 @@ class ProviderConfig(BaseModel):
     max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, gt=0)
     params: dict[str, Any] = Field(default_factory=dict)
     path: str | None = None
+    #: ``[mcp.servers]`` names whose tools the gateway runs (model-API kinds only).
+    mcp_servers: list[str] = Field(default_factory=list)
 
     @field_validator("headers")
     @classmethod
@@ -228,6 +231,7 @@ class Settings(BaseSettings):
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
     auth: AuthSection = Field(default_factory=AuthSection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    mcp: McpSection = Field(default_factory=McpSection)
 
     @classmethod
     def settings_customise_sources(
@@ -265,6 +269,18 @@ class Settings(BaseSettings):
                 f"gateway.default_provider: {self.gateway.default_provider!r} is not a "
                 "configured provider"
             )
+        for name, provider in self.providers.items():
+            if provider.mcp_servers and provider.kind not in MCP_PROVIDER_KINDS:
+                raise ValueError(
+                    f"providers.{name}.mcp_servers: not supported on kind {provider.kind!r} "
+                    f"(only {', '.join(MCP_PROVIDER_KINDS)}: their tool calls are the gateway's "
+                    "to run)"
+                )
+            for server in provider.mcp_servers:
+                if server not in self.mcp.servers:
+                    raise ValueError(
+                        f"providers.{name}.mcp_servers: {server!r} is not in [mcp.servers]"
+                    )
         return self
 
 

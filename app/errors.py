@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "BY_CODE",
     "ApprovalAlreadyResolved",
+    "ApprovalDataInvalid",
     "ApprovalExpired",
     "ApprovalNotEditable",
     "ApprovalNotFound",
@@ -115,6 +116,12 @@ class InvalidRequest(GatewayError):
 
 class ApprovalNotEditable(GatewayError):
     code = "approval_not_editable"
+
+
+class ApprovalDataInvalid(GatewayError):
+    """A ``modified`` decision whose data breaks the tool's input schema (server tools)."""
+
+    code = "approval_data_invalid"
 
 
 class PayloadTooLarge(GatewayError):

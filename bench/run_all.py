@@ -57,6 +57,7 @@ BENCHES: dict[str, Bench] = {
     ),
     "core": Bench(HERE / "core_bench.py", [], ["--events", "50000", "--repeats", "3"]),
     "abort": Bench(HERE / "abort_bench.py", ["--runs", "20"], ["--runs", "5"]),
+    "mcp_abort": Bench(HERE / "mcp_abort_bench.py", ["--runs", "20"], ["--runs", "5"]),
     "capacity": Bench(
         HERE / "capacity_bench.py",
         ["--deltas", "150", "--cs", "100,150,200,250,300,350,400,450,500,550"],

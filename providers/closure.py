@@ -34,14 +34,17 @@ class OpenEntity:
     id: str
     #: streaming | pending | running | waiting (the reference's statuses)
     status: str
-    #: tools only: "app" (handed to the app, §9) or "runtime"
+    #: tools only: "app" (handed to the app, §9), "gateway" (an MCP server tool) or "runtime"
     executor: str = "runtime"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def is_waiting(entity: OpenEntity) -> bool:
-    """True when the entity waits on the app: an approval, or a tool handed to the app."""
+    """True when the entity waits on the app: an approval, or a tool handed to the app; or on
+    the gateway: a server tool (MCP) awaiting its approval or its call's outcome."""
     if entity.kind == "approval":
+        return True
+    if entity.kind == "tool" and entity.executor == "gateway":
         return True
     return entity.kind == "tool" and entity.executor == "app" and entity.status == "running"
 
@@ -86,6 +89,8 @@ def close_entity(
     if kind == "task":
         return [("task.failed", {**ident, "error": TASK_INCOMPLETE})]
     # tool
+    if entity.executor == "gateway":
+        return None  # the gateway runs it: its outcome comes as a command
     if entity.executor == "app":
         if entity.status == "running":
             return None

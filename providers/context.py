@@ -203,7 +203,9 @@ class RunContext:
         if kind is not None:
             status = START_STATUSES[kind]
             ident = payload[ID_FIELDS[kind]]
-            executor = "app" if meta is not None and meta.get("executor") == "app" else "runtime"
+            executor = meta.get("executor") if meta is not None else None
+            if executor not in ("app", "gateway"):
+                executor = "runtime"
             self._open[(kind, ident)] = OpenEntity(kind, ident, status, executor)
             if kind == "tool":
                 self._tools[ident] = ToolRecord(

@@ -16,7 +16,10 @@ import orjson
 
 from providers.base import ProviderBase, standard_capabilities
 from providers.context import RunContext
-from providers.contract import AgentEvent, AgentTransport
+from providers.contract import AgentEvent, AgentTransport, Command, RunOptions
+from providers.mcp import McpSettings, McpTools
+from providers.mcp.context import McpRunContext
+from providers.mcp.run import RESULT_COMMAND
 from providers.registry import network_transport
 from providers.transports.request import UpstreamRequest
 from providers.transports.sse import SSETransport
@@ -39,6 +42,7 @@ class ModelApiConfig(TypedDict, total=False):
     params: Mapping[str, Any] | None
     transport: AgentTransport | None
     max_event_bytes: int | None
+    mcp: McpSettings | None
 
 
 CallT = TypeVar("CallT")
@@ -80,6 +84,7 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
         params: Mapping[str, Any] | None = None,
         transport: AgentTransport | None = None,
         max_event_bytes: int | None = None,
+        mcp: McpSettings | None = None,
     ) -> None:
         transport = transport or SSETransport()
         super().__init__(id, transport, standard_capabilities([transport.kind]))
@@ -88,6 +93,8 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
         self.headers = dict(headers or {})
         self.params = dict(params or {})
         self.max_event_bytes = max_event_bytes
+        #: The MCP servers' tools this provider offers the model (``mcp_servers``), if any.
+        self.mcp = McpTools(mcp) if mcp is not None and mcp.servers else None
 
     @classmethod
     def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
@@ -100,6 +107,7 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
             params=config.get("params") or {},
             transport=network_transport(config),
             max_event_bytes=config.get("max_upstream_event_bytes"),
+            mcp=config.get("mcp"),
         )
 
     # -- one model call per request -------------------------------------------------------------
@@ -111,6 +119,18 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
     def build_body(self, ctx: RunContext) -> dict[str, Any]:
         """The JSON body of the next request (history so far, this run's user turn, tools)."""
         raise NotImplementedError
+
+    def create_context(self, options: RunOptions) -> RunContext:
+        if self.mcp is None:
+            return RunContext(options, self.id)
+        return McpRunContext(options, self.id, self.mcp)
+
+    def run_tools(self, ctx: RunContext) -> list[dict[str, Any]]:
+        """The tools of the next model call: the run input's (the app's) and the MCP servers'."""
+        tools = list(ctx.input.get("tools") or [])
+        if self.mcp is not None:
+            tools.extend(self.mcp.model_tools(ctx))
+        return tools
 
     def model_run(self, ctx: RunContext) -> ModelRun[CallT]:
         run: ModelRun[CallT] | None = ctx.scratch.get(self.scratch_key)
@@ -127,6 +147,8 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
         return UpstreamRequest(self.url, body, self.headers, max_event_bytes=limit)
 
     async def prepare_request(self, input: Mapping[str, Any], ctx: RunContext) -> UpstreamRequest:
+        if self.mcp is not None:
+            await self.mcp.prepare(ctx)
         return self.next_request(ctx)
 
     def transform_chunks(self, chunks: Iterable[Any], ctx: RunContext) -> list[AgentEvent]:
@@ -140,7 +162,25 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
         return ctx.take()
 
     async def prepare_continuation(self, ctx: RunContext) -> UpstreamRequest:
+        if self.mcp is not None:
+            await self.mcp.prepare(ctx)
         return self.next_request(ctx)
+
+    # -- MCP server tools (providers.mcp.run) ----------------------------------------------------
+
+    def apply_command(self, command: Command, ctx: RunContext) -> bool:
+        if command.type == RESULT_COMMAND and self.mcp is not None:
+            return self.mcp.apply_result(command, ctx)
+        return super().apply_command(command, ctx)
+
+    def on_command(self, command: Command, ctx: RunContext) -> None:
+        if self.mcp is not None:
+            self.mcp.on_command(command, ctx)
+
+    def transform_error(self, error: BaseException, ctx: RunContext) -> list[AgentEvent]:
+        if self.mcp is not None:
+            self.mcp.cancel(ctx)
+        return super().transform_error(error, ctx)
 
     def user_content(self, ctx: RunContext, history: list[dict[str, Any]] | None = None) -> Any:
         """This run's user turn for the first request, unless the history already ends with it

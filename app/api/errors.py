@@ -51,6 +51,7 @@ STATUS: dict[type[GatewayError], int] = {
     errors.PayloadTooLarge: 413,
     errors.InvalidRequest: 422,
     errors.ApprovalNotEditable: 422,
+    errors.ApprovalDataInvalid: 422,
     errors.RateLimited: 429,
     errors.QueueFull: 429,
     errors.TooManyConversations: 429,

@@ -60,6 +60,11 @@ def add_check_config_command(subparsers: Any) -> None:
         "check-config", help="validate a TOML config file (and env overrides); exit 1 if invalid"
     )
     parser.add_argument("file", metavar="FILE")
+    parser.add_argument(
+        "--probe-tools",
+        action="store_true",
+        help="connect to each [mcp.servers] entry and list its tools; exit 1 if one is down",
+    )
     parser.set_defaults(handler=run_check_config)
 
 
@@ -67,11 +72,14 @@ def run_check_config(args: argparse.Namespace) -> int:
     settings = _load(args.file, "check-config")
     if settings is None:
         return 1
+    from app.mcp_config import mcp_settings
     from providers.registry import create_provider
 
     for name, provider in settings.providers.items():
         try:
-            create_provider(name, provider.kind, provider.to_provider_config())
+            config = provider.to_provider_config()
+            config["mcp"] = mcp_settings(settings.mcp, provider.mcp_servers)
+            create_provider(name, provider.kind, config)
         except Exception as exc:
             print(
                 f"agent-gateway check-config: invalid configuration: providers.{name}: {exc}",
@@ -80,6 +88,10 @@ def run_check_config(args: argparse.Namespace) -> int:
             return 1
     names = ", ".join(sorted(settings.providers))
     print(f"ok: backend={settings.gateway.backend} providers={names}")
+    if getattr(args, "probe_tools", False):
+        from app.cli.probe_tools import probe_tools
+
+        return probe_tools(settings)
     return 0
 
 

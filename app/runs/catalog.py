@@ -7,6 +7,7 @@ from typing import Any
 
 from app.config import Settings
 from app.errors import UnknownProvider
+from app.mcp_config import mcp_settings
 from providers.contract import AgentProvider
 from providers.registry import create_provider
 
@@ -30,6 +31,7 @@ class ProviderCatalog:
             else:
                 provider_config = config.to_provider_config()
                 provider_config["fast_paths"] = settings.gateway.fast_paths  # to its transport
+                provider_config["mcp"] = mcp_settings(settings.mcp, config.mcp_servers)
                 self._providers[name] = create_provider(name, config.kind, provider_config)
         for name, provider in overrides.items():
             if name not in self._providers:

@@ -18,6 +18,7 @@ from app.backends import ConversationRef
 from app.gateway import Gateway
 from app.runs.limits import check_json_size
 from providers.contract import Command
+from providers.mcp.schema import schema_errors
 
 __all__ = ["resolve_approval", "retry_tool", "submit_tool_result", "target_scope"]
 
@@ -104,12 +105,29 @@ async def resolve_approval(
             f"Approval {approval_id} is at another version.",
             details={"version": approval.get("version")},
         )
+    if decision == "modified":
+        _check_edited_arguments(approval, data)
     payload: dict[str, Any] = {"approvalId": approval_id, "decision": decision}
     if data is not None:
         payload["data"] = data
     if expected_version is not None:
         payload["expectedVersion"] = expected_version
     return await _deliver(gateway, ref, run_id, Command("approval.resolve", payload), approval_id)
+
+
+def _check_edited_arguments(approval: dict[str, Any], data: Any) -> None:
+    """A server tool's approval (MCP) carries the tool's input schema in ``meta``: edited
+    arguments must fit it, checked here so any instance refuses them the same way."""
+    meta = approval.get("meta")
+    if not isinstance(meta, dict) or meta.get("executor") != "gateway":
+        return
+    schema = meta.get("inputSchema")
+    found = schema_errors(schema if isinstance(schema, dict) else None, data)
+    if found:
+        raise errors.ApprovalDataInvalid(
+            "The edited arguments do not fit the tool's input schema.",
+            details={"errors": found},
+        )
 
 
 def _awaits_app(tool: dict[str, Any]) -> bool:

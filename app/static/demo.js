@@ -276,8 +276,15 @@ function buildReasoning(entity) {
   } };
 }
 
+/** A server tool (MCP) runs on the gateway: its label names the server. */
+function toolLabel(entity) {
+  const meta = entity.meta || {};
+  return meta.executor === "gateway" && meta.server
+    ? `tool · ${entity.name} · server ${meta.server}` : `tool · ${entity.name}`;
+}
+
 function buildTool(entity) {
-  const head = header(`tool · ${entity.name}`, entity);
+  const head = header(toolLabel(entity), entity);
   const args = el("pre", { class: "args", "data-testid": "tool-args" });
   const result = el("pre", { class: "result", "data-testid": "tool-result" });
   const err = el("div", { class: "entity-error" });
@@ -297,7 +304,8 @@ function buildTool(entity) {
     act(() => client.submitToolResult(entity.id, value, isError.checked))
       .finally(() => { form.querySelector("button").disabled = false; });
   });
-  const node = el("article", { class: "entity tool" }, head.node,
+  const node = el("article", { class: "entity tool", "data-testid": "tool",
+    "data-server": (entity.meta && entity.meta.server) || "" }, head.node,
     el("div", { class: "kv" }, "arguments"), args, form, result, err);
   return { node, update(e) {
     head.set(e);
@@ -315,18 +323,44 @@ function buildApproval(entity) {
   const risk = el("span", { class: "risk" });
   const data = el("pre", { class: "data" });
   const decision = el("div", { class: "decision", "data-testid": "approval-decision" });
+  const server = el("div", { class: "kv", "data-testid": "approval-server" });
+  // Editable approvals (a server tool's arguments): edit the JSON, then "Approve with edits".
+  const editor = el("textarea", { rows: 4, class: "args-editor", spellcheck: "false",
+    "data-testid": "approval-editor", hidden: true });
+  let current = entity;
   const decide = (d) => (ev) => {
+    let edited;
+    if (d === "modified") {
+      try { edited = JSON.parse(editor.value); } catch (err) {
+        showError(`invalid JSON: ${err.message}`);
+        return;
+      }
+    }
     ev.target.disabled = true;
-    act(() => client.approve(entity.id, d)).finally(() => { ev.target.disabled = false; });
+    // expectedVersion: the decision holds only for the call shown (409 otherwise)
+    act(() => client.approve(entity.id, d, edited, current.version))
+      .finally(() => { ev.target.disabled = false; });
   };
+  const withEdits = el("button", { type: "button", "data-testid": "approve-modified",
+    onclick: decide("modified"), hidden: true }, "Approve with edits");
   const buttons = el("div", { class: "actions" },
     el("button", { type: "button", "data-testid": "approve", onclick: decide("approved") }, "Approve"),
+    withEdits,
     el("button", { type: "button", class: "danger", "data-testid": "reject",
       onclick: decide("rejected") }, "Reject"));
   const node = el("article", { class: "entity approval", "data-testid": "approval" },
-    head.node, desc, risk, data, decision, buttons);
+    head.node, desc, server, risk, data, editor, decision, buttons);
+  let edited = false;
+  editor.addEventListener("input", () => { edited = true; });
   return { node, update(e) {
+    current = e;
     head.set(e);
+    const meta = e.meta || {};
+    text(server, meta.executor === "gateway" ? `server ${meta.server} · tool ${meta.tool}` : "");
+    const editable = e.editable === true && e.status === "waiting";
+    editor.hidden = !editable;
+    withEdits.hidden = !editable;
+    if (editable && !edited) editor.value = JSON.stringify(e.data ?? {}, null, 2);
     text(desc, e.description ?? "");
     text(risk, e.risk ? `risk: ${e.risk}` : "");
     risk.dataset.risk = e.risk ?? "";

@@ -45,7 +45,7 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
             model=self.model,
             history=history,
             user_content=self.user_content(ctx, history),
-            tools=ctx.input.get("tools") or [],
+            tools=self.run_tools(ctx),
             params=self.request_params(ctx),
         )
 

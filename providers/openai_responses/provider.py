@@ -37,7 +37,7 @@ class OpenAIResponsesProvider(ModelApiProvider[ResponseCall]):
             history=history,
             transcript=ctx.transcript,
             user_content=self.user_content(ctx, history),
-            tools=ctx.input.get("tools") or [],
+            tools=self.run_tools(ctx),
             params=self.request_params(ctx),
         )
 

@@ -85,6 +85,7 @@ def test_every_bench_with_a_target_is_run() -> None:
         "peer_bench.py",
         "core_bench.py",
         "abort_bench.py",
+        "mcp_abort_bench.py",
         "capacity_bench.py",
         "archive_bench.py",
         "soak.py",

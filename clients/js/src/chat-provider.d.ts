@@ -115,8 +115,11 @@ export declare class AgentGatewayChatProvider
     originMessage?: AgentChatMessage; chunk: AgentChatChunk; chunks: AgentChatChunk[];
     status: string; responseHeaders: Headers;
   }): AgentChatMessage;
-  /** Approves (or, with `data`, approves modified) a waiting approval. */
-  approve(approvalId: string, data?: unknown): Promise<CommandAnswer>;
+  /** Approves (or, with `data`, approves modified) a waiting approval; with
+   * `expectedVersion` only the version the user saw (else 409 `version_mismatch`). */
+  approve(
+    approvalId: string, data?: unknown, expectedVersion?: string | number,
+  ): Promise<CommandAnswer>;
   reject(approvalId: string): Promise<CommandAnswer>;
   submitToolResult(toolCallId: string, result: unknown, isError?: boolean): Promise<CommandAnswer>;
   retryTool(toolCallId: string): Promise<CommandAnswer>;

@@ -504,10 +504,16 @@ export class AgentGatewayChatProvider extends AbstractChatProvider {
 
   // -- commands ------------------------------------------------------------------------------
 
-  /** @param {string} approvalId @param {unknown} [data] */
-  approve(approvalId, data) {
-    return this._command(`approvals/${encodeURIComponent(approvalId)}`,
-      data === undefined ? { decision: "approved" } : { decision: "modified", data });
+  /**
+   * @param {string} approvalId @param {unknown} [data]
+   * @param {string | number} [expectedVersion] the approval's `version`: the gateway refuses
+   *   (409) a decision for another version, so it can only approve the call the user saw
+   */
+  approve(approvalId, data, expectedVersion) {
+    /** @type {Record<string, unknown>} */
+    const body = data === undefined ? { decision: "approved" } : { decision: "modified", data };
+    if (expectedVersion !== undefined) body.expectedVersion = expectedVersion;
+    return this._command(`approvals/${encodeURIComponent(approvalId)}`, body);
   }
 
   /** @param {string} approvalId */

@@ -78,7 +78,9 @@ export declare class GatewayClient {
     input: RunInput, options?: { provider?: string; multitask?: string }): Promise<unknown>;
   onReload(input?: RunInput, options?: { provider?: string }): Promise<unknown>;
   abort(runId?: string): Promise<unknown>;
-  approve(approvalId: string, decision?: string, data?: JsonValue): Promise<unknown>;
+  approve(
+    approvalId: string, decision?: string, data?: JsonValue, expectedVersion?: string | number,
+  ): Promise<unknown>;
   submitToolResult(toolCallId: string, result: JsonValue, isError?: boolean): Promise<unknown>;
   retryTool(toolCallId: string): Promise<unknown>;
   providers(): Promise<Array<{ name: string; kind: string; default?: boolean }>>;

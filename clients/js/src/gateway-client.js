@@ -168,11 +168,13 @@ export class GatewayClient {
    * @param {string} approvalId
    * @param {string} [decision]
    * @param {JsonValue} [data]
+   * @param {string | number} [expectedVersion]
    */
-  approve(approvalId, decision = "approved", data) {
+  approve(approvalId, decision = "approved", data, expectedVersion) {
     /** @type {Record<string, unknown>} */
     const body = { decision };
     if (data !== undefined) body.data = data;
+    if (expectedVersion !== undefined) body.expectedVersion = expectedVersion;
     return this._post(`approvals/${encodeURIComponent(approvalId)}`, body);
   }
 

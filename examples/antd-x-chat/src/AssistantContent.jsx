@@ -58,22 +58,72 @@ function ToolResultForm({ tool, provider }) {
   );
 }
 
+/**
+ * The arguments of an editable approval (a server tool's call) as JSON, checked as you type.
+ * @param {{ value: string, onChange: (text: string) => void, error: string | null }} props
+ */
+function JsonEditor({ value, onChange, error }) {
+  let parseError = null;
+  try { JSON.parse(value); } catch (err) { parseError = /** @type {Error} */ (err).message; }
+  return (
+    <div className="json-editor">
+      <Input.TextArea data-testid="approval-editor" value={value} spellCheck={false}
+        status={parseError ? "error" : undefined} autoSize={{ minRows: 3 }}
+        style={{ fontFamily: "ui-monospace, monospace" }}
+        onChange={(e) => onChange(e.target.value)} />
+      {parseError || error
+        ? <span className="failure" data-testid="approval-error">{parseError ?? error}</span> : null}
+    </div>
+  );
+}
+
 /** @param {{ approval: ApprovalState, provider: ChatProvider }} props */
 function ApprovalButtons({ approval, provider }) {
   const [busy, setBusy] = useState(false);
+  const [text, setText] = useState(() => JSON.stringify(approval.data ?? {}, null, 2));
+  const [error, setError] = useState(/** @type {string | null} */ (null));
   /** @param {(id: string) => Promise<unknown>} fn */
   const decide = (fn) => async () => {
     setBusy(true);
-    try { await fn(approval.id); } finally { setBusy(false); }
+    try {
+      await fn(approval.id);
+      setError(null);
+    } catch (err) {
+      const details = /** @type {{ details?: { errors?: Array<{ path: string, message: string }> } }} */ (err)
+        .details?.errors;
+      const why = Array.isArray(details)
+        ? details.map((d) => `${d.path || "(arguments)"}: ${d.message}`).join("; ") : "";
+      setError(why || /** @type {Error} */ (err).message);
+    } finally { setBusy(false); }
+  };
+  // expectedVersion: the decision holds only for the call shown (409 otherwise)
+  const edited = () => {
+    try { return JSON.parse(text); } catch { return undefined; }
   };
   return (
-    <Space>
-      <Button type="primary" size="small" data-testid="approve" loading={busy}
-        onClick={decide((id) => provider.approve(id))}>Approve</Button>
-      <Button danger size="small" data-testid="reject" disabled={busy}
-        onClick={decide((id) => provider.reject(id))}>Reject</Button>
+    <Space direction="vertical" style={{ width: "100%" }}>
+      {approval.editable ? <JsonEditor value={text} onChange={setText} error={error} /> : null}
+      <Space>
+        <Button type="primary" size="small" data-testid="approve" loading={busy}
+          onClick={decide((id) => provider.approve(id, undefined, approval.version))}>Approve</Button>
+        {approval.editable ? (
+          <Button size="small" data-testid="approve-modified" disabled={busy || edited() === undefined}
+            onClick={decide((id) => provider.approve(id, edited(), approval.version))}>
+            Approve with edits
+          </Button>
+        ) : null}
+        <Button danger size="small" data-testid="reject" disabled={busy}
+          onClick={decide((id) => provider.reject(id))}>Reject</Button>
+      </Space>
+      {!approval.editable && error ? <span className="failure">{error}</span> : null}
     </Space>
   );
+}
+
+/** @param {ToolCallState | ApprovalState} entity the server (MCP) that runs it, if any */
+function serverOf(entity) {
+  const meta = /** @type {Record<string, unknown> | undefined} */ (entity.meta);
+  return meta?.executor === "gateway" && typeof meta.server === "string" ? meta.server : null;
 }
 
 /**
@@ -96,7 +146,12 @@ function chainItems(message, provider) {
     const decided = approval.status === "completed";
     items.push({
       key: `approval:${approval.id}`,
-      title: <span data-testid="approval-title">Approval · {approval.description ?? approval.id}</span>,
+      title: (
+        <span data-testid="approval-title">
+          Approval · {approval.description ?? approval.id}
+          {serverOf(approval) ? <Tag data-testid="approval-server">server {serverOf(approval)}</Tag> : null}
+        </span>
+      ),
       status: decided ? (approval.decision === "approved" || approval.decision === "modified" ? "success" : "error") : "loading",
       description: (
         <span>
@@ -112,7 +167,12 @@ function chainItems(message, provider) {
     const forApp = tool.meta?.executor === "app" && tool.status === "running";
     items.push({
       key: `tool:${tool.id}`,
-      title: <span data-testid="tool-title">Tool · {tool.name}</span>,
+      title: (
+        <span data-testid="tool-title">
+          Tool · {tool.name}
+          {serverOf(tool) ? <Tag color="blue" data-testid="tool-server">server {serverOf(tool)}</Tag> : null}
+        </span>
+      ),
       status: CHAIN_STATUS[tool.status],
       description: <code>{tool.arguments}</code>,
       content: tool.result !== undefined || tool.error

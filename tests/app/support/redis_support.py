@@ -284,6 +284,7 @@ class GatewayProcess:
         upstream_url: str = "",
         snapshot_every: int = 200,
         max_len: int = 10000,
+        mcp_url: str = "",
     ) -> None:
         self.name = name
         self.port = free_port()
@@ -292,7 +293,7 @@ class GatewayProcess:
             "--port", str(self.port), "--redis-url", redis_url, "--prefix", prefix,
             "--lease-ttl", str(lease_ttl), "--upstream", upstream_url,
             "--snapshot-every", str(snapshot_every), "--max-len", str(max_len),
-            "--instance", name,
+            "--instance", name, "--mcp-url", mcp_url,
         ]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix=f"agw-{name}-", suffix=".log")[1])
@@ -358,6 +359,8 @@ def _serve(argv: list[str] | None = None) -> None:
     # the request's work is done (its run accepted) and its answer not stored yet, so a test
     # can kill the process in between.
     parser.add_argument("--stall-idempotent-answers", action="store_true")
+    # The "slow" provider's model may call the tools of this MCP server (no approval).
+    parser.add_argument("--mcp-url", default="")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend
@@ -369,6 +372,10 @@ def _serve(argv: list[str] | None = None) -> None:
     providers: dict[str, Any] = {}
     if args.upstream:
         providers["slow"] = {"kind": "openai-chat", "url": args.upstream, "model": "mock-model"}
+    mcp: dict[str, Any] = {}
+    if args.mcp_url and providers:
+        providers["slow"]["mcp_servers"] = ["tools"]
+        mcp["servers"] = {"tools": {"url": args.mcp_url, "approval": "never"}}
     settings = Settings(
         gateway={
             "backend": "redis",
@@ -383,6 +390,7 @@ def _serve(argv: list[str] | None = None) -> None:
         },
         providers=providers,
         webhooks={"url": args.webhook_url, "secret": "whsec-test"},
+        mcp=mcp,
     )
     backend = RedisBackend(
         gateway_redis_client(args.redis_url),
