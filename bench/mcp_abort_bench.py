@@ -27,7 +27,7 @@ from providers.openai_chat import OpenAIChatProvider
 from providers.testing import make_options, run_collect
 from tests.mcp_server import TestMcpServer, serve_mcp
 from tests.providers.mcp.support import settings_for
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 TARGET_MS = 250.0
 

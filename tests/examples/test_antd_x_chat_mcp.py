@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, expect
 
-from tests.app.gateway_server import launch, make_settings
+from tests.app.support.gateway_server import launch, make_settings
 from tests.examples.support import BROWSER_E2E_ON_MEMORY
 from tests.mcp_server import serve_mcp
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), BROWSER_E2E_ON_MEMORY]
 

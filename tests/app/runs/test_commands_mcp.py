@@ -16,10 +16,10 @@ import pytest
 from app.backends import ConversationRef
 from app.config import Settings
 from app.observability.logs import configure_logging
-from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
-from tests.app.helpers import collect_sse, start_run, terminal, wait_state
+from tests.app.support.gateway_server import RunningGateway, StartGateway, make_settings
+from tests.app.support.helpers import collect_sse, start_run, terminal, wait_state
 from tests.mcp_server import ServedMcp, serve_mcp_in_task
-from tests.providers.mock_upstreams import MockUpstream, openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import MockUpstream, openai_frames, serve_mock
 
 KEY = "mcp-cmd"
 BASE = f"/v1/conversations/{KEY}"

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from tests.app.cluster_support import LEASE_TTL, Subscriber, cluster, is_terminal, post_run
+from tests.app.support.cluster_support import LEASE_TTL, Subscriber, cluster, is_terminal, post_run
 from tests.mcp_server import serve_mcp
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 pytestmark = pytest.mark.only_backend("redis", reason="two gateway processes sharing one Redis")
 

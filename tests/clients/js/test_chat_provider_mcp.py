@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.clients.js.support import CLIENT, ensure_node_modules, run_node_tests_async
 from tests.mcp_server import serve_mcp
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 
 @pytest.mark.timeout(600)

@@ -14,7 +14,7 @@ from providers.testing import make_options, run_collect
 from providers.validator import validate_agent_provider_events
 from tests.mcp_server import serve_mcp
 from tests.providers.mcp.support import of_type, settings_for, types_of
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 ECHO = [("call_1", "tools__echo", '{"text":"hi"}')]
 

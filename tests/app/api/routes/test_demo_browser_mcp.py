@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Browser, expect
 
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.test_demo_browser import browser as browser  # the fixture: system Chromium
+from tests.app.api.routes.test_demo_browser import (
+    browser as browser,  # the fixture: system Chromium
+)
+from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.mcp_server import serve_mcp
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 
 @pytest.mark.slow
