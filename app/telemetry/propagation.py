@@ -1,0 +1,69 @@
+"""Trace contexts as W3C ``traceparent`` strings: what is stored with a run (its request's
+context, queued or not; its own span's, in the conversation meta) and read back by the
+instance that executes, aborts or reaps it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanContext
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+__all__ = [
+    "context_of",
+    "context_of_headers",
+    "current_traceparent",
+    "link_to",
+    "span_context_of",
+    "traceparent_of",
+]
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def traceparent_of(span: Span) -> str | None:
+    """``span``'s context as a ``traceparent`` (None when it is not valid: sampling off)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
+    return carrier.get("traceparent")
+
+
+def current_traceparent() -> str | None:
+    """The current span's ``traceparent`` (the request being served), if any."""
+    return traceparent_of(trace.get_current_span())
+
+
+def context_of(traceparent: str | None) -> Context | None:
+    """A parent context from a stored ``traceparent`` (None: start a new trace)."""
+    if not traceparent:
+        return None
+    return _PROPAGATOR.extract({"traceparent": traceparent})
+
+
+def context_of_headers(headers: Iterable[tuple[bytes, bytes]]) -> Context | None:
+    """The parent context an incoming request's ``traceparent``/``tracestate`` carry."""
+    carrier: dict[str, str] = {}
+    for name, value in headers:
+        if name in (b"traceparent", b"tracestate"):
+            carrier[name.decode("latin-1")] = value.decode("latin-1")
+    if "traceparent" not in carrier:
+        return None
+    return _PROPAGATOR.extract(carrier)
+
+
+def span_context_of(traceparent: str | None) -> SpanContext | None:
+    context = context_of(traceparent)
+    if context is None:
+        return None
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def link_to(traceparent: str | None, attributes: Mapping[str, str] | None = None) -> list[Link]:
+    """A link to the span ``traceparent`` names (none when it names none)."""
+    span_context = span_context_of(traceparent)
+    if span_context is None:
+        return []
+    return [Link(span_context, dict(attributes or {}))]

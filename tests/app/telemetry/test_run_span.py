@@ -1,0 +1,262 @@
+"""The span tree of a run, exported over OTLP/HTTP to a loopback receiver, on both backends.
+
+A run of each model API (OpenAI Chat, Anthropic Messages, OpenAI Responses), its first upstream
+answer a recorded stream from ``tests/fixtures`` (reasoning where the recording has it, a tool
+call, usage), the tool's result handed back by the app, then a second model call: the request's
+SERVER span (continuing the caller's ``traceparent``) -> ``invoke_agent {provider}`` -> two
+``chat {model}`` CLIENT spans and one ``execute_tool {name}``. Also: a failed upstream, and
+sampling off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.telemetry.attributes import conversation_id
+from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
+from tests.app.helpers import wait_state
+from tests.app.telemetry.otlp_receiver import OtlpReceiver
+from tests.app.telemetry.trees import children, one
+from tests.providers.mock_upstreams import (
+    HttpStatus,
+    anthropic_frames,
+    openai_frames,
+    responses_frames,
+    serve_mock,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+KEY = "traced"
+#: The caller's trace: the gateway's request span is its child.
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+DONE = "data: [DONE]\n\n"
+
+
+def data_frames(lines: list[str]) -> list[str]:
+    return [f"data: {line}\n\n" for line in lines if line.strip()]
+
+
+def chunk_lines(path: str) -> list[str]:
+    return (FIXTURES / path).read_text(encoding="utf-8").splitlines()
+
+
+def first_response(path: str) -> list[str]:
+    """The first response of a file of several (up to its ``response.completed``)."""
+    lines = chunk_lines(path)
+    end = next(i for i, line in enumerate(lines) if '"type":"response.completed"' in line)
+    return lines[: end + 1]
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    first: list[str]
+    second: list[str]
+    response_model: str
+    response_id: str
+    finish_reasons: list[str]
+    input_tokens: int
+    output_tokens: int
+    tool: str
+    provider_name: str
+
+
+CASES = {
+    "openai-chat": Case(
+        "openai-chat",
+        [
+            *data_frames(chunk_lines("openai-chat/deepseek-tool-call.chunks.txt")),
+            "data: [DONE]\n\n",
+        ],
+        openai_frames(text="Done."),
+        "deepseek-reasoner",
+        "cca85624-4056-401f-b220-d77601d1f70d",
+        ["tool_calls"],
+        339,
+        83,
+        "weather",
+        "openai",
+    ),
+    "anthropic-messages": Case(
+        "anthropic-messages",
+        [(FIXTURES / "anthropic/tool_use_response.txt").read_text(encoding="utf-8")],
+        anthropic_frames(text="Done."),
+        "claude-sonnet-4-20250514",
+        "msg_019Q1hrJbZG26Fb9BQhrkHEr",
+        ["tool_use"],
+        377,
+        65,
+        "get_weather",
+        "anthropic",
+    ),
+    "openai-responses": Case(
+        "openai-responses",
+        data_frames(
+            first_response("openai-responses/openai-reasoning-encrypted-content.1.chunks.txt")
+        ),
+        responses_frames(text="Done."),
+        "gpt-5.1-codex-max",
+        "resp_01830d662ab3856501693c321345c88190b0de00f3b9975691",
+        ["completed"],
+        134,
+        28,
+        "calculator",
+        "openai",
+    ),
+}
+
+
+def telemetry_settings(url: str, kind: str, **provider: Any) -> Any:
+    return make_settings(
+        providers={"up": {"kind": kind, "url": url, "model": "requested-model", **provider}},
+        gateway={"default_provider": "up"},
+        telemetry={"enabled": True},
+    )
+
+
+async def waiting_tool(client: httpx.AsyncClient) -> str:
+    state = await wait_state(
+        client,
+        KEY,
+        lambda s: any(t["status"] == "running" for t in s["agentState"]["toolCalls"].values()),
+    )
+    tool: dict[str, Any] = next(iter(state["agentState"]["toolCalls"].values()))
+    return str(tool["id"])
+
+
+async def run_to_end(gw: RunningGateway, client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    answer = await client.get(f"/v1/conversations/{KEY}/runs/{run_id}/wait", params={"timeout": 10})
+    record: dict[str, Any] = answer.json()
+    assert record["status"] != "running", record
+    return record
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
+    receiver: OtlpReceiver, start_gateway: StartGateway, case: Case
+) -> None:
+    async with serve_mock([case.first, case.second]) as upstream:
+        gw = await start_gateway(telemetry_settings(upstream.url, case.kind))
+        async with gw.client() as client:
+            accepted = await client.post(
+                f"/v1/conversations/{KEY}/runs",
+                json={"input": {"prompt": "What is the weather in Paris?"}},
+                headers={"traceparent": TRACEPARENT},
+            )
+            assert accepted.status_code == 202, accepted.text
+            run_id = accepted.json()["runId"]
+            tool_call_id = await waiting_tool(client)
+            result = await client.post(
+                f"/v1/conversations/{KEY}/tools/{tool_call_id}/result", json={"result": "sunny"}
+            )
+            assert result.status_code == 202
+            record = await run_to_end(gw, client, run_id)
+            assert record["status"] == "completed"
+        await gw.stop()  # the gateway's shutdown exports every span still pending
+    spans = receiver.wait_for(lambda found: any(s.name == "invoke_agent up" for s in found))
+    ours = [span for span in spans if span.trace_id == CALLER_TRACE]
+    request = one(ours, "POST /v1/conversations/{conversationKey}/runs")
+    assert (request.kind, request.parent_span_id) == ("SERVER", CALLER_SPAN)
+    assert request.attributes["http.response.status_code"] == 202
+    assert request.resource["service.name"] == "gateway-under-test"
+
+    run = one(ours, "invoke_agent up")
+    assert (run.kind, run.parent_span_id, run.status) == ("INTERNAL", request.span_id, "UNSET")
+    assert run.attributes["agent_gateway.run.id"] == run_id
+    assert run.attributes["agent_gateway.provider"] == "up"
+    assert run.attributes["agent_gateway.run.status"] == "completed"
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["gen_ai.provider.name"] == case.provider_name
+    hashed = run.attributes["gen_ai.conversation.id"]
+    assert hashed == conversation_id("anonymous", KEY) and KEY not in hashed
+    assert [name for name, _ in run.events] == ["run.queue_wait", "run.command"]
+    assert run.events[1][1] == {"agent_gateway.command.type": "tool.submit_result"}
+
+    under_run = children(ours, run)
+    calls = [span for span in under_run if span.kind == "CLIENT"]
+    assert [span.name for span in calls] == ["chat requested-model", "chat requested-model"]
+    first, second = calls
+    assert first.attributes == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": case.provider_name,
+        "gen_ai.request.model": "requested-model",
+        "server.address": "127.0.0.1",
+        "server.port": int(upstream.url.split(":")[2].split("/")[0]),
+        "gen_ai.response.model": case.response_model,
+        "gen_ai.response.id": case.response_id,
+        "gen_ai.response.finish_reasons": case.finish_reasons,
+        "gen_ai.usage.input_tokens": case.input_tokens,
+        "gen_ai.usage.output_tokens": case.output_tokens,
+    }
+    assert first.status == second.status == "UNSET"
+    tool = one(under_run, f"execute_tool {case.tool}")
+    assert tool.attributes["gen_ai.tool.call.id"] == tool_call_id
+    assert tool.attributes["gen_ai.tool.name"] == case.tool
+    # The model calls span their streams; the tool ran between them.
+    assert first.end_ns <= tool.end_ns <= second.start_ns < second.end_ns <= run.end_ns
+    # Each upstream request carried its own span's traceparent.
+    sent = [headers.get("traceparent") for headers in upstream.headers]
+    assert sent == [f"00-{CALLER_TRACE}-{call.span_id}-01" for call in calls]
+    # No content without capture_content: the prompt and the tool's result are nowhere.
+    for span in ours:
+        text = repr((span.attributes, span.events))
+        assert "Paris" not in text and "sunny" not in text
+
+
+async def test_a_failed_upstream_sets_error_on_the_call_and_the_run(
+    receiver: OtlpReceiver, start_gateway: StartGateway
+) -> None:
+    refused = HttpStatus(429, {"error": {"message": "slow down", "type": "rate_limit"}})
+    async with serve_mock([refused]) as upstream:
+        gw = await start_gateway(telemetry_settings(upstream.url, "openai-chat"))
+        async with gw.client() as client:
+            accepted = await client.post(
+                f"/v1/conversations/{KEY}/runs", json={"input": {"prompt": "hello"}}
+            )
+            record = await run_to_end(gw, client, accepted.json()["runId"])
+            assert record["status"] == "failed"
+            code = record["error"]["code"]
+        await gw.stop()
+    spans = receiver.wait_for(lambda found: any(s.name == "invoke_agent up" for s in found))
+    run = one(spans, "invoke_agent up")
+    assert (run.status, run.status_message) == ("ERROR", code)
+    assert run.attributes["error.type"] == code
+    assert run.attributes["agent_gateway.run.status"] == "failed"
+    (call,) = [span for span in children(spans, run) if span.kind == "CLIENT"]
+    assert (call.status, call.attributes["error.type"]) == ("ERROR", code)
+    request = one(spans, "POST /v1/conversations/{conversationKey}/runs")
+    assert request.span_id == run.parent_span_id and request.parent_span_id == ""
+
+
+async def test_sampling_off_exports_no_span(
+    receiver: OtlpReceiver, start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    async with serve_mock([openai_frames(text="Hello.")]) as upstream:
+        gw = await start_gateway(telemetry_settings(upstream.url, "openai-chat"))
+        async with gw.client() as client:
+            accepted = await client.post(
+                f"/v1/conversations/{KEY}/runs",
+                json={"input": {"prompt": "hello"}},
+                headers={"traceparent": TRACEPARENT.removesuffix("-01") + "-00"},
+            )
+            record = await run_to_end(gw, client, accepted.json()["runId"])
+            assert record["status"] == "completed"
+        await gw.stop()
+        # The caller's trace goes on upstream, marked not sampled (W3C: the flags are 00).
+        sent = upstream.headers[0]["traceparent"]
+        assert sent.startswith(f"00-{CALLER_TRACE}-") and sent.endswith("-00")
+    # The GenAI metrics still went out (their exporter ran at shutdown): the receiver heard
+    # from this gateway, and no span came with it.
+    await asyncio.to_thread(
+        receiver.wait_for, lambda _: "gen_ai.client.operation.duration" in receiver.metric_names
+    )
+    assert receiver.spans == []
