@@ -51,10 +51,10 @@ async def abort_span(
 
 @asynccontextmanager
 async def command_span(
-    telemetry: Telemetry, backend: Backend, ref: ConversationRef, command: str
+    telemetry: Telemetry, backend: Backend, ref: ConversationRef, command: str, known: str | None
 ) -> AsyncIterator[None]:
     """The ``run_command {type}`` span around a command, linked to the run's span."""
-    with _linked(telemetry, f"run_command {command}", await run_trace(backend, ref, None), ref):
+    with _linked(telemetry, f"run_command {command}", await run_trace(backend, ref, known), ref):
         yield
 
 
