@@ -284,6 +284,7 @@ class GatewayProcess:
         upstream_url: str = "",
         snapshot_every: int = 200,
         max_len: int = 10000,
+        telemetry: bool = False,
     ) -> None:
         self.name = name
         self.port = free_port()
@@ -294,6 +295,8 @@ class GatewayProcess:
             "--snapshot-every", str(snapshot_every), "--max-len", str(max_len),
             "--instance", name,
         ]  # fmt: skip
+        if telemetry:  # [telemetry] enabled; the OTEL_* variables come from this environment
+            self.args.append("--telemetry")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix=f"agw-{name}-", suffix=".log")[1])
 
@@ -358,6 +361,7 @@ def _serve(argv: list[str] | None = None) -> None:
     # the request's work is done (its run accepted) and its answer not stored yet, so a test
     # can kill the process in between.
     parser.add_argument("--stall-idempotent-answers", action="store_true")
+    parser.add_argument("--telemetry", action="store_true")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend
@@ -383,6 +387,7 @@ def _serve(argv: list[str] | None = None) -> None:
         },
         providers=providers,
         webhooks={"url": args.webhook_url, "secret": "whsec-test"},
+        telemetry={"enabled": args.telemetry},
     )
     backend = RedisBackend(
         gateway_redis_client(args.redis_url),
