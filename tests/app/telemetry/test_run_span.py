@@ -260,3 +260,23 @@ async def test_sampling_off_exports_no_span(
         receiver.wait_for, lambda _: "gen_ai.client.operation.duration" in receiver.metric_names
     )
     assert receiver.spans == []
+
+
+async def test_propagate_false_sends_no_traceparent_upstream(
+    receiver: OtlpReceiver, start_gateway: StartGateway
+) -> None:
+    async with serve_mock([openai_frames(text="Hello.")]) as upstream:
+        settings = telemetry_settings(upstream.url, "openai-chat", propagate=False)
+        gw = await start_gateway(settings)
+        async with gw.client() as client:
+            accepted = await client.post(
+                f"/v1/conversations/{KEY}/runs",
+                json={"input": {"prompt": "hello"}},
+                headers={"traceparent": TRACEPARENT},
+            )
+            assert (await run_to_end(gw, client, accepted.json()["runId"]))["status"] == "completed"
+        await gw.stop()
+        assert "traceparent" not in upstream.headers[0]
+    spans = receiver.wait_for(lambda found: any(s.kind == "CLIENT" for s in found))
+    (call,) = [span for span in spans if span.kind == "CLIENT"]
+    assert call.trace_id == CALLER_TRACE  # traced all the same, only not propagated
