@@ -116,6 +116,8 @@ async def test_no_exported_span_holds_a_secret_and_content_only_when_captured(
     assert [link[:2] for link in abort.links] == [(runs[1].trace_id, runs[1].span_id)]
     assert [link[:2] for link in command.links] == [(runs[0].trace_id, runs[0].span_id)]
     assert abort.attributes["agent_gateway.requested_by"] == "alice"
+    (sse,) = [s for s in spans if s.name == "GET /v1/conversations/{conversationKey}/events"]
+    assert [link[:2] for link in sse.links] == [(runs[0].trace_id, runs[0].span_id)]
     assert ("run.abort", {"agent_gateway.abort.reason": "aborted"}) in runs[1].events
     everything = "\n".join(scanned_text(span) for span in spans)
     for secret in (USER_TOKEN, STREAM_TOKEN, API_KEY, WEBHOOK_SECRET, "access_token"):
