@@ -105,6 +105,10 @@ def create_app(
         description="Provider-neutral BFF gateway for Agent Event protocol 0.1.",
         default_response_class=JSON,
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry instrumentation (FastAPI >= 0.165, when the SDK is
+        # installed) stays off: the gateway's spans are its own ([telemetry], app/telemetry),
+        # made only when enabled, and FastAPI's would check the global providers per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gateway
     app.uvicorn_fast_path = settings.gateway.fast_paths and uvicorn_fast.available()

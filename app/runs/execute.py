@@ -68,7 +68,7 @@ class RunRequest:
     #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
     cancelled: QueuedCancelReason | None = None
     #: ``[telemetry]``: the accepting request's ``traceparent`` (the run span's parent), and
-    #: when it was accepted here (``time.monotonic()``: its wait in the queue).
+    #: when it was accepted here to wait its turn (``time.monotonic()``; None: it did not).
     trace: str | None = None
     accepted_at: float | None = None
 

@@ -236,7 +236,6 @@ class RunManager:
             request = RunRequest(new_run_id(), input, name, emit_user_message)
             if self.telemetry is not None:  # its span's parent: this request's, on any instance
                 request.trace = current_traceparent()
-                request.accepted_at = time.monotonic()
             queued = QueuedRun(request.run_id, input, name, emit_user_message, trace=request.trace)
             session_id = meta.session_id
 
@@ -266,6 +265,8 @@ class RunManager:
                         ref, queued, limit=None, answer=answer("started")
                     )
             status = "started"
+            if busy and self.telemetry is not None:  # it waits its turn: a queue_wait event
+                request.accepted_at = time.monotonic()
             if not busy:
                 slot.queue.append(request)
             elif policy == "reject":

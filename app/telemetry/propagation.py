@@ -24,10 +24,12 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def traceparent_of(span: Span) -> str | None:
-    """``span``'s context as a ``traceparent`` (None when it is not valid: sampling off)."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-    return carrier.get("traceparent")
+    """``span``'s context as a ``traceparent`` (None when it is not valid), formatted as the
+    W3C propagator formats it without building a context and a carrier for it."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def current_traceparent() -> str | None:

@@ -21,8 +21,9 @@ import pytest
 from app.telemetry.attributes import conversation_id
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
 from tests.app.helpers import wait_state
+from tests.app.scripted_provider import ScriptedProvider
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
-from tests.app.telemetry.trees import children, one
+from tests.app.telemetry.trees import children, one, render
 from tests.providers.mock_upstreams import (
     HttpStatus,
     anthropic_frames,
@@ -163,6 +164,7 @@ async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
         await gw.stop()  # the gateway's shutdown exports every span still pending
     spans = receiver.wait_for(lambda found: any(s.name == "invoke_agent up" for s in found))
     ours = [span for span in spans if span.trace_id == CALLER_TRACE]
+    print(render(ours))  # the tree of README.md's "Tracing" section (with -s)
     request = one(ours, "POST /v1/conversations/{conversationKey}/runs")
     assert (request.kind, request.parent_span_id) == ("SERVER", CALLER_SPAN)
     assert request.attributes["http.response.status_code"] == 202
@@ -177,8 +179,8 @@ async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
     assert run.attributes["gen_ai.provider.name"] == case.provider_name
     hashed = run.attributes["gen_ai.conversation.id"]
     assert hashed == conversation_id("anonymous", KEY) and KEY not in hashed
-    assert [name for name, _ in run.events] == ["run.queue_wait", "run.command"]
-    assert run.events[1][1] == {"agent_gateway.command.type": "tool.submit_result"}
+    # It did not wait in a queue: its one event is the command the app sent.
+    assert run.events == [("run.command", {"agent_gateway.command.type": "tool.submit_result"})]
 
     under_run = children(ours, run)
     calls = [span for span in under_run if span.kind == "CLIENT"]
@@ -280,3 +282,28 @@ async def test_propagate_false_sends_no_traceparent_upstream(
     spans = receiver.wait_for(lambda found: any(s.kind == "CLIENT" for s in found))
     (call,) = [span for span in spans if span.kind == "CLIENT"]
     assert call.trace_id == CALLER_TRACE  # traced all the same, only not propagated
+
+
+async def test_a_queued_run_has_its_wait_as_an_event(
+    receiver: OtlpReceiver, start_gateway: StartGateway
+) -> None:
+    provider = ScriptedProvider()
+    settings = make_settings(telemetry={"enabled": True})
+    gw = await start_gateway(settings, providers={"demo": provider})
+    async with gw.client() as client:
+        first = await client.post(
+            f"/v1/conversations/{KEY}/runs", json={"input": {"prompt": "text:1 gate:go"}}
+        )
+        second = await client.post(
+            f"/v1/conversations/{KEY}/runs",
+            json={"input": {"prompt": "text:1"}, "multitask": "enqueue"},
+        )
+        assert second.json()["status"] == "queued"
+        provider.gates["go"].set()
+        await run_to_end(gw, client, second.json()["runId"])
+    await gw.stop()
+    spans = receiver.wait_for(lambda found: len([s for s in found if s.kind == "INTERNAL"]) >= 2)
+    runs = {s.attributes["agent_gateway.run.id"]: s for s in spans if s.name == "invoke_agent demo"}
+    assert runs[first.json()["runId"]].events == []
+    ((name, waited),) = runs[second.json()["runId"]].events
+    assert name == "run.queue_wait" and waited["agent_gateway.queue.wait_seconds"] > 0
