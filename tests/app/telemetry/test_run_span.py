@@ -2,7 +2,9 @@
 
 A run of each model API (OpenAI Chat, Anthropic Messages, OpenAI Responses), its first upstream
 answer a recorded stream from ``tests/fixtures`` (reasoning where the recording has it, a tool
-call, usage), the tool's result handed back by the app, then a second model call: the request's
+call, usage; for Anthropic, whose recordings have no message with both a thinking block and a
+tool call, also a stream composed of two recordings, :func:`composed_anthropic_thinking_tool_use`),
+the tool's result handed back by the app, then a second model call: the request's
 SERVER span (continuing the caller's ``traceparent``) -> ``invoke_agent {provider}`` -> two
 ``chat {model}`` CLIENT spans and one ``execute_tool {name}``. Also: a failed upstream, and
 sampling off.
@@ -16,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from app.telemetry.attributes import conversation_id
 from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
-from tests.app.helpers import wait_state
+from tests.app.helpers import collect_sse, events_of, terminal, wait_state
 from tests.app.scripted_provider import ScriptedProvider
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
 from tests.app.telemetry.trees import children, one, render
@@ -56,6 +59,40 @@ def first_response(path: str) -> list[str]:
     return lines[: end + 1]
 
 
+def composed_anthropic_thinking_tool_use() -> list[str]:
+    """Composed, not recorded: one Anthropic Messages stream with a thinking block, a tool call
+    and usage, in the block order of ``UPSTREAM-FORMATS.md`` ("Ordering"). Its ``message_start``
+    and thinking block (``thinking_delta`` x N, ``signature_delta``) are the first 15 lines of
+    the real ``anthropic-clear-thinking.1.chunks.txt``; then the real ``tool_use_response.txt``
+    from its first ``content_block_start`` on (a text block, a ``tool_use`` with
+    ``input_json_delta``, ``message_delta`` with ``stop_reason: tool_use`` and usage,
+    ``message_stop``), its block indices moved up by one. As SSE frames (``event:``, ``data:``)."""
+    frames = []
+    for line in chunk_lines("anthropic/anthropic-clear-thinking.1.chunks.txt")[:15]:
+        frames.append(f"event: {orjson.loads(line)['type']}\ndata: {line}\n\n")
+    assert frames[-1].startswith("event: content_block_stop")
+    recorded = (FIXTURES / "anthropic/tool_use_response.txt").read_text(encoding="utf-8")
+    for frame in recorded.split("\n\n"):
+        data = next((x[6:] for x in frame.splitlines() if x.startswith("data: ")), None)
+        if data is None:
+            continue
+        event = orjson.loads(data)
+        if event["type"] == "message_start":
+            continue
+        if "index" in event:
+            event["index"] += 1
+        frames.append(f"event: {event['type']}\ndata: {orjson.dumps(event).decode()}\n\n")
+    return frames
+
+
+#: The thinking of the composed stream (its ``thinking_delta`` pieces, joined).
+COMPOSED_THINKING = "".join(
+    orjson.loads(line)["delta"].get("thinking", "")
+    for line in chunk_lines("anthropic/anthropic-clear-thinking.1.chunks.txt")[:15]
+    if '"thinking_delta"' in line
+)
+
+
 @dataclass(frozen=True)
 class Case:
     kind: str
@@ -68,6 +105,8 @@ class Case:
     output_tokens: int
     tool: str
     provider_name: str
+    #: The reasoning the run's events carry (its deltas joined); None: the stream has none.
+    reasoning: str | None = None
 
 
 CASES = {
@@ -97,6 +136,19 @@ CASES = {
         65,
         "get_weather",
         "anthropic",
+    ),
+    "anthropic-thinking-composed": Case(
+        "anthropic-messages",
+        composed_anthropic_thinking_tool_use(),
+        anthropic_frames(text="Done."),
+        "claude-sonnet-4-5-20250929",
+        "msg_01Y6V41gqPaKWEw7iPouH7iW",
+        ["tool_use"],
+        69,
+        65,
+        "get_weather",
+        "anthropic",
+        COMPOSED_THINKING,
     ),
     "openai-responses": Case(
         "openai-responses",
@@ -146,7 +198,17 @@ async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
 ) -> None:
     async with serve_mock([case.first, case.second]) as upstream:
         gw = await start_gateway(telemetry_settings(upstream.url, case.kind))
-        async with gw.client() as client:
+        async with gw.client() as client, gw.client() as follower:
+            following = asyncio.Event()
+            stream = asyncio.create_task(
+                collect_sse(
+                    follower,
+                    f"/v1/conversations/{KEY}/events",
+                    stop=terminal,
+                    first_frame=following,
+                )
+            )
+            await asyncio.wait_for(following.wait(), 10)
             accepted = await client.post(
                 f"/v1/conversations/{KEY}/runs",
                 json={"input": {"prompt": "What is the weather in Paris?"}},
@@ -161,6 +223,7 @@ async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
             assert result.status_code == 202
             record = await run_to_end(gw, client, run_id)
             assert record["status"] == "completed"
+            events = events_of(await asyncio.wait_for(stream, 10))
         await gw.stop()  # the gateway's shutdown exports every span still pending
     spans = receiver.wait_for(lambda found: any(s.name == "invoke_agent up" for s in found))
     ours = [span for span in spans if span.trace_id == CALLER_TRACE]
@@ -211,6 +274,15 @@ async def test_the_span_tree_of_a_run_with_reasoning_a_tool_call_and_usage(
     for span in ours:
         text = repr((span.attributes, span.events))
         assert "Paris" not in text and "sunny" not in text
+    if case.reasoning is not None:  # the run's reasoning is in its events, never in a span
+        ran = [event for event in events if event.get("runId") == run_id]
+        kinds = [event["type"] for event in ran]
+        assert "reasoning.started" in kinds and "reasoning.completed" in kinds
+        thought = "".join(e["payload"]["delta"] for e in ran if e["type"] == "reasoning.delta")
+        assert thought == case.reasoning
+        assert kinds.index("reasoning.completed") < kinds.index("tool.requested")
+        for span in ours:
+            assert case.reasoning[:40] not in repr((span.attributes, span.events))
 
 
 async def test_a_failed_upstream_sets_error_on_the_call_and_the_run(
