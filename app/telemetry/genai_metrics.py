@@ -7,6 +7,7 @@ on the OpenTelemetry meter (exported over OTLP) and on the app's Prometheus regi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from opentelemetry.metrics import Meter
@@ -15,6 +16,9 @@ from prometheus_client import CollectorRegistry, Histogram
 from app.observability.metrics.labels import LabelGuard
 
 __all__ = ["GenAIMetrics"]
+
+#: Cached series past which the cache starts over (model names come from requests).
+_MAX_SERIES: Final = 1024
 
 #: The semantic conventions' advised buckets.
 _TOKEN_BUCKETS: Final = (
@@ -85,6 +89,8 @@ class GenAIMetrics:
         #: Models come from requests and answers: bounded label values.
         self.model_label = LabelGuard(max_values=64)
         self.error_label = LabelGuard(max_values=32)
+        #: ``(provider, model, error type)`` -> its series (models and error types are few).
+        self._series: dict[tuple[str, str | None, str | None], _Series] = {}
 
     def record(
         self,
@@ -95,6 +101,19 @@ class GenAIMetrics:
         output_tokens: int | None,
         error_type: str | None,
     ) -> None:
+        series = self._series.get((provider, model, error_type))
+        if series is None:
+            series = self._new_series(provider, model, error_type)
+        self.duration.record(seconds, series.attributes)
+        series.prom_duration.observe(seconds)
+        if input_tokens is not None:
+            self.tokens.record(input_tokens, series.input_attributes)
+            series.prom_input.observe(input_tokens)
+        if output_tokens is not None:
+            self.tokens.record(output_tokens, series.output_attributes)
+            series.prom_output.observe(output_tokens)
+
+    def _new_series(self, provider: str, model: str | None, error_type: str | None) -> _Series:
         model_value = self.model_label(model or "unknown")
         attributes: dict[str, str] = {
             "gen_ai.operation.name": "chat",
@@ -103,11 +122,29 @@ class GenAIMetrics:
         }
         if error_type is not None:
             attributes["error.type"] = error_type
-        self.duration.record(seconds, attributes)
         error_value = self.error_label(error_type) if error_type else ""
-        self.prom_duration.labels("chat", provider, model_value, error_value).observe(seconds)
-        for token_type, count in (("input", input_tokens), ("output", output_tokens)):
-            if count is None:
-                continue
-            self.tokens.record(count, {**attributes, "gen_ai.token.type": token_type})
-            self.prom_tokens.labels("chat", provider, model_value, token_type).observe(count)
+        series = _Series(
+            attributes,
+            {**attributes, "gen_ai.token.type": "input"},
+            {**attributes, "gen_ai.token.type": "output"},
+            self.prom_duration.labels("chat", provider, model_value, error_value),
+            self.prom_tokens.labels("chat", provider, model_value, "input"),
+            self.prom_tokens.labels("chat", provider, model_value, "output"),
+        )
+        if len(self._series) >= _MAX_SERIES:
+            self._series.clear()
+        self._series[provider, model, error_type] = series
+        return series
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Series:
+    """One provider, model and error type: its attribute sets and Prometheus children, built
+    once and reused by every later call of the same series."""
+
+    attributes: dict[str, str]
+    input_attributes: dict[str, str]
+    output_attributes: dict[str, str]
+    prom_duration: Histogram
+    prom_input: Histogram
+    prom_output: Histogram

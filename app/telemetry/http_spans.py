@@ -61,11 +61,14 @@ async def serve_traced(
 def _finish(span: Span, scope: Scope, method: str, status: list[int]) -> None:
     route: Any = scope.get("route")
     template = getattr(route, "path", None)
+    attributes: dict[str, str | int] = {}
     if isinstance(template, str):
         span.update_name(f"{method} {template}")
-        span.set_attribute("http.route", template)
+        attributes["http.route"] = template
     if status:
-        span.set_attribute("http.response.status_code", status[0])
+        attributes["http.response.status_code"] = status[0]
         if status[0] >= 500:
             span.set_status(Status(StatusCode.ERROR, str(status[0])))
+    if attributes:  # one call: the span's lock and attribute checks once
+        span.set_attributes(attributes)
     span.end()

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
 ]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+_HEX = frozenset("0123456789abcdef")
 
 
 def traceparent_of(span: Span) -> str | None:
@@ -37,10 +38,30 @@ def current_traceparent() -> str | None:
     return traceparent_of(trace.get_current_span())
 
 
+def _stored(traceparent: str) -> SpanContext | None:
+    """A ``traceparent`` as :func:`traceparent_of` formats it (version 00, lower-case hex) read
+    by slicing, without the propagator's carrier, pattern and context; None for any other."""
+    if len(traceparent) != 55 or not traceparent.startswith("00-"):
+        return None
+    if traceparent[35] != "-" or traceparent[52] != "-":
+        return None
+    digits = traceparent[3:35] + traceparent[36:52] + traceparent[53:]
+    if not _HEX.issuperset(digits):
+        return None
+    trace_id, span_id = int(traceparent[3:35], 16), int(traceparent[36:52], 16)
+    if not trace_id or not span_id:
+        return None
+    flags = TraceFlags(int(traceparent[53:], 16))
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags)
+
+
 def context_of(traceparent: str | None) -> Context | None:
     """A parent context from a stored ``traceparent`` (None: start a new trace)."""
     if not traceparent:
         return None
+    stored = _stored(traceparent)
+    if stored is not None:
+        return trace.set_span_in_context(NonRecordingSpan(stored))
     return _PROPAGATOR.extract({"traceparent": traceparent})
 
 
@@ -56,6 +77,10 @@ def context_of_headers(headers: Iterable[tuple[bytes, bytes]]) -> Context | None
 
 
 def span_context_of(traceparent: str | None) -> SpanContext | None:
+    if traceparent:
+        stored = _stored(traceparent)
+        if stored is not None:
+            return stored
     context = context_of(traceparent)
     if context is None:
         return None

@@ -162,17 +162,19 @@ class RunSpan:
         if call is None:
             return
         call.description = description
-        span = call.span
+        attributes: dict[str, Any] = {}
         if description.response_id:
-            span.set_attribute(attr.RESPONSE_ID, description.response_id)
+            attributes[attr.RESPONSE_ID] = description.response_id
         if description.response_model:
-            span.set_attribute(attr.RESPONSE_MODEL, description.response_model)
+            attributes[attr.RESPONSE_MODEL] = description.response_model
         if description.finish_reasons:
-            span.set_attribute(attr.RESPONSE_FINISH_REASONS, list(description.finish_reasons))
+            attributes[attr.RESPONSE_FINISH_REASONS] = list(description.finish_reasons)
         if description.input_tokens is not None:
-            span.set_attribute(attr.USAGE_INPUT_TOKENS, description.input_tokens)
+            attributes[attr.USAGE_INPUT_TOKENS] = description.input_tokens
         if description.output_tokens is not None:
-            span.set_attribute(attr.USAGE_OUTPUT_TOKENS, description.output_tokens)
+            attributes[attr.USAGE_OUTPUT_TOKENS] = description.output_tokens
+        if attributes:  # one call: the span's lock and attribute checks once
+            call.span.set_attributes(attributes)
 
     def end_call(self, error: BaseException | None = None) -> None:
         call, self._call = self._call, None
@@ -258,14 +260,14 @@ class RunSpan:
         span.end()
 
     def _terminal(self, kind: str, payload: Mapping[str, Any]) -> None:
-        status = kind.removeprefix("run.")
-        self.span.set_attribute(attr.RUN_STATUS, status)
+        attributes = {attr.RUN_STATUS: kind.removeprefix("run.")}
         if kind == "run.failed":
             code = _error_code(payload)
-            self.span.set_attribute(attr.ERROR_TYPE, code)
+            attributes[attr.ERROR_TYPE] = code
             self.span.set_status(Status(StatusCode.ERROR, code))
         elif kind == "run.cancelled":
-            self.span.set_attribute(attr.ABORT_REASON, str(payload.get("reason")))
+            attributes[attr.ABORT_REASON] = str(payload.get("reason"))
+        self.span.set_attributes(attributes)
 
     # -- commands and aborts --------------------------------------------------------------------
 
