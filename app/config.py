@@ -163,6 +163,15 @@ class ArchiveSection(_Section):
         return expand_env(url)
 
 
+class TelemetrySection(_Section):
+    """OpenTelemetry traces and GenAI metrics (``app/telemetry``); where they go and how they are
+    sampled come from the standard ``OTEL_*`` environment variables."""
+
+    enabled: bool = False
+    #: Prompts, completions, tool arguments and results in spans (never credentials).
+    capture_content: bool = False
+
+
 class AuthSection(_Section):
     mode: Literal["none", "bearer"] = "none"
     tokens: dict[str, str] = Field(default_factory=dict)
@@ -194,6 +203,8 @@ class ProviderConfig(BaseModel):
     path: str | None = None
     #: ``[mcp.servers]`` names whose tools the gateway runs (model-API kinds only).
     mcp_servers: list[str] = Field(default_factory=list)
+    #: Send the run's ``traceparent`` upstream (``[telemetry] enabled``).
+    propagate: bool = True
 
     @field_validator("headers")
     @classmethod
@@ -202,7 +213,7 @@ class ProviderConfig(BaseModel):
 
     def to_provider_config(self) -> dict[str, Any]:
         """The plain mapping handed to ``providers.registry.create_provider``."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, exclude={"propagate"})
 
 
 def expand_env(value: str) -> str:
@@ -230,6 +241,7 @@ class Settings(BaseSettings):
     webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
     archive: ArchiveSection = Field(default_factory=ArchiveSection)
     auth: AuthSection = Field(default_factory=AuthSection)
+    telemetry: TelemetrySection = Field(default_factory=TelemetrySection)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     mcp: McpSection = Field(default_factory=McpSection)
 

@@ -22,6 +22,8 @@ from app.config import Settings, load_settings
 from app.gateway import Gateway
 from app.observability.logs import RequestContextMiddleware, collect_secrets, register_secrets
 from app.streams.sse import SERVER_SEND_EXTENSION, TRANSPORT_EXTENSION
+from app.telemetry import Telemetry
+from app.telemetry.http_spans import serve_traced
 from providers.contract import AgentProvider
 
 __all__ = ["TRANSPORT_EXTENSION", "GatewayApp", "create_app"]
@@ -43,7 +45,18 @@ class GatewayApp(FastAPI):
     #: Set by ``create_app``: ``[gateway] fast_paths`` and uvicorn's internals as expected.
     uvicorn_fast_path = False
 
+    #: Set by ``create_app`` when ``[telemetry] enabled``: each request's SERVER span.
+    telemetry: Telemetry | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        telemetry = self.telemetry
+        if telemetry is None or scope["type"] not in ("http", "websocket"):
+            await self._serve(scope, receive, send, send)
+            return
+        await serve_traced(telemetry.tracer, scope, receive, send, self._serve)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, app_send: Send) -> None:
+        """Serve with the server's ``send`` (``app_send``: what the app's responses call)."""
         if self.uvicorn_fast_path and scope["type"] in ("http", "websocket"):
             extensions = scope.setdefault("extensions", {})
             transport = uvicorn_fast.transport_of(send)
@@ -52,7 +65,7 @@ class GatewayApp(FastAPI):
             if scope["type"] == "http":
                 extensions[SERVER_SEND_EXTENSION] = send
             try:
-                await super().__call__(scope, receive, send)
+                await super().__call__(scope, receive, app_send)
             finally:
                 # ``send`` is the server's bound method, and the server's request object holds
                 # this scope: left here, the pair is a reference cycle that keeps the whole
@@ -60,7 +73,7 @@ class GatewayApp(FastAPI):
                 extensions.pop(SERVER_SEND_EXTENSION, None)
                 extensions.pop(TRANSPORT_EXTENSION, None)
             return
-        await super().__call__(scope, receive, send)
+        await super().__call__(scope, receive, app_send)
 
 
 def create_app(
@@ -92,9 +105,14 @@ def create_app(
         description="Provider-neutral BFF gateway for Agent Event protocol 0.1.",
         default_response_class=JSON,
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry instrumentation (FastAPI >= 0.165, when the SDK is
+        # installed) stays off: the gateway's spans are its own ([telemetry], app/telemetry),
+        # made only when enabled, and FastAPI's would check the global providers per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gateway
     app.uvicorn_fast_path = settings.gateway.fast_paths and uvicorn_fast.available()
+    app.telemetry = gateway.telemetry
     document_webhooks(app)  # OpenAPI only: what [webhooks] url receives (app/api/webhooks_doc.py)
     install_error_handlers(app)
     if settings.gateway.cors_origins:

@@ -17,6 +17,7 @@ from app.runs.catalog import ProviderCatalog
 from app.runs.ending import RunEndHooks
 from app.runs.manager import RunManager
 from app.streams.snapshot import snapshot_object
+from app.telemetry import create_telemetry
 from providers.contract import AgentProvider
 
 __all__ = ["Gateway"]
@@ -48,6 +49,9 @@ class Gateway:
             live = self.archive.wrap(live)
         self.backend: Backend = InstrumentedBackend(live, self.metrics, label)
         self.runs = RunManager(self.backend, self.catalog, settings, self.metrics)
+        #: OpenTelemetry traces and GenAI metrics of [telemetry] (app/telemetry); None when off.
+        self.telemetry = create_telemetry(settings, self.metrics.registry)
+        self.runs.telemetry = self.telemetry
         self.runs.archive = self.archive
         #: Completion webhooks of [webhooks] (app/observability/webhooks/); off without a url.
         #: Their outbox is the backend's when instances share one (Redis), else in process.
@@ -59,7 +63,8 @@ class Gateway:
             outbox=self.backend.webhook_outbox() if hooks.url else None,
         )
         #: What follows every run's end, also of a run a lost instance owned (app/runs/ending.py).
-        self.runs.run_end = RunEndHooks(self.archive, self.webhooks)
+        self.runs.run_end = RunEndHooks(self.archive, self.webhooks, self.telemetry)
+        self.runs.run_end.backend = self.backend
         if self.runs.run_end.any:
             self.backend.watch_lost_runs(self.runs.run_end)
         #: Set once every run has ended at shutdown: streams finish what is logged, then close.
@@ -121,3 +126,5 @@ class Gateway:
         if self.archive is not None:  # its writer reads the live backend: before it closes
             await self.archive.close(max(5.0, self.settings.gateway.shutdown_grace_seconds))
         await self.backend.close()
+        if self.telemetry is not None:  # the last spans (drain, reaper) go out before exit
+            await asyncio.to_thread(self.telemetry.shutdown)

@@ -45,6 +45,7 @@ from providers.contract import (
     RunOptions,
 )
 from providers.errors import AbortError, ProviderError, WaitTimeout
+from providers.tracing import start_call
 
 __all__ = ["STANDARD_COMMANDS", "ProviderBase", "standard_capabilities"]
 
@@ -144,6 +145,9 @@ class ProviderBase:
 
     async def stream(self, request: Any, ctx: RunContext) -> AsyncIterator[AgentEvent]:
         """One more upstream request of the same run: its chunks, then the flush."""
+        tracing = ctx.options.tracing
+        if tracing is not None:  # the model call's span (providers/tracing.py)
+            request = start_call(tracing, request)
         async for chunk in self.transport.open(request, ctx.signal):
             for event in self.transform_chunk(chunk, ctx):
                 yield event
@@ -151,6 +155,8 @@ class ProviderBase:
                 raise AbortError.from_signal(ctx.signal)
         for event in self.flush(ctx):
             yield event
+        if tracing is not None:
+            tracing.end_call()
 
     # -- hooks ----------------------------------------------------------------------------------
 

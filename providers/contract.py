@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from providers.signal import AbortSignal
+
+if TYPE_CHECKING:
+    from providers.tracing import RunTracing
 
 AGENT_EVENT_PROTOCOL: Mapping[str, str] = {"name": "agent-event", "version": "0.1"}
 
@@ -87,6 +90,8 @@ class RunOptions:
     max_upstream_event_bytes: int = 4 * 1024 * 1024
     #: Milliseconds since epoch; injectable for tests.
     now: Callable[[], float] | None = None
+    #: The app's tracer of this run (``providers/tracing.py``); None: telemetry off.
+    tracing: RunTracing | None = None
 
 
 @runtime_checkable

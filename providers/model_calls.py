@@ -21,6 +21,7 @@ from providers.mcp import McpSettings, McpTools
 from providers.mcp.context import McpRunContext
 from providers.mcp.run import RESULT_COMMAND
 from providers.registry import network_transport
+from providers.tracing import CallDescription
 from providers.transports.request import UpstreamRequest
 from providers.transports.sse import SSETransport
 
@@ -207,6 +208,31 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
         run.raw_usage.append(dict(raw))
         run.usage = add_usage(run.usage, normalised)
         ctx.usage = run.usage
+
+    def describe_call(
+        self,
+        ctx: RunContext,
+        response_id: str | None,
+        response_model: str | None,
+        finish_reasons: Iterable[str],
+        usage: Mapping[str, float | int] | None,
+    ) -> None:
+        """Tell the run's tracer (if any) what the call just read answered: its span's
+        ``gen_ai.response.*`` and ``gen_ai.usage.*`` (normalised ``usage``, protocol.md §10)."""
+        tracing = ctx.options.tracing
+        if tracing is None:
+            return
+        tokens = usage or {}
+        input_tokens, output_tokens = tokens.get("inputTokens"), tokens.get("outputTokens")
+        tracing.describe_call(
+            CallDescription(
+                response_id=response_id if isinstance(response_id, str) else None,
+                response_model=response_model if isinstance(response_model, str) else None,
+                finish_reasons=tuple(finish_reasons),
+                input_tokens=None if input_tokens is None else int(input_tokens),
+                output_tokens=None if output_tokens is None else int(output_tokens),
+            )
+        )
 
     def complete_run(self, ctx: RunContext) -> None:
         """:func:`finish_run` with the raw usage of every model call of the run."""

@@ -29,6 +29,7 @@ from typing import Any
 from core.events import RUN_TERMINAL_TYPES, validate_event
 from providers.contract import AgentEvent, AgentProvider, Command, OnEvent, OnEvents, RunOptions
 from providers.errors import AbortError, ProviderError, WaitTimeout
+from providers.tracing import start_call
 
 __all__ = ["AgentProviderProtocolError", "run_agent_provider"]
 
@@ -150,7 +151,11 @@ async def run_agent_provider(
             await hand_over()  # what passed its check before a failure goes first
         await extensions()
 
+    tracing = options.tracing
+
     async def route(error: Exception) -> None:
+        if tracing is not None:
+            tracing.end_call(error)
         await emit_all(provider.transform_error(error, ctx))
 
     try:
@@ -159,6 +164,8 @@ async def run_agent_provider(
             if signal.aborted:  # aborted before it began: the upstream is never contacted
                 raise AbortError.from_signal(signal)
             request = await provider.prepare_request(input, ctx)
+            if tracing is not None:  # the model call's span, over its whole stream
+                request = start_call(tracing, request)
             open_batches = getattr(transport, "open_batches", None)
             if open_batches is not None:
                 transform_chunks = getattr(provider, "transform_chunks", None)
@@ -198,6 +205,8 @@ async def run_agent_provider(
                 finally:
                     await _aclose(chunks)
             await emit_all(provider.flush(ctx))
+            if tracing is not None:
+                tracing.end_call()
         except _ConsumerError:
             raise
         except AgentProviderProtocolError:

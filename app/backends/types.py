@@ -69,9 +69,12 @@ class ConversationMeta:
     last_run_id: str | None = None
     #: Per-provider transcripts (protocol.md §11), keyed by provider name.
     transcripts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The ``traceparent`` of ``last_run_id``'s span (``[telemetry]``): where an abort from
+    #: another instance links to, and the reaper of a lost run ends it.
+    last_run_trace: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "sessionId": self.session_id,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
@@ -82,6 +85,9 @@ class ConversationMeta:
             "lastRunId": self.last_run_id,
             "transcripts": self.transcripts,
         }
+        if self.last_run_trace is not None:
+            data["lastRunTrace"] = self.last_run_trace
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConversationMeta:
@@ -95,6 +101,7 @@ class ConversationMeta:
             last_provider=data.get("lastProvider"),
             last_run_id=data.get("lastRunId"),
             transcripts=dict(data.get("transcripts") or {}),
+            last_run_trace=data.get("lastRunTrace"),
         )
 
 
@@ -332,6 +339,8 @@ class QueuedRun:
     emit_user_message: bool = True
     #: Cancelled before it started: it logs its cancellation in its turn.
     cancelled: QueuedCancelReason | None = None
+    #: The ``traceparent`` of the request that accepted it (``[telemetry]``), else None.
+    trace: str | None = None
 
 
 #: Told of queued runs this instance adopted from a dead one, with the conversation's queue

@@ -17,6 +17,7 @@ from app import errors
 from app.backends import ConversationRef
 from app.gateway import Gateway
 from app.runs.limits import check_json_size
+from app.telemetry.run_ops import command_span
 from providers.contract import Command
 from providers.mcp.schema import schema_errors
 
@@ -67,7 +68,17 @@ def _in_flight(gateway: Gateway, ref: ConversationRef, run_id: str) -> set[str]:
 async def _deliver(
     gateway: Gateway, ref: ConversationRef, run_id: str, command: Command, target_id: str
 ) -> dict[str, Any]:
-    if not await gateway.backend.send_command(ref, run_id, command):
+    telemetry = gateway.telemetry
+    if telemetry is None:
+        sent = await gateway.backend.send_command(ref, run_id, command)
+    else:  # a ``run_command`` span linked to the run's span (app/telemetry/run_ops.py)
+        active = gateway.runs.active(ref)
+        known = None
+        if active is not None and active.run_id == run_id and active.trace is not None:
+            known = active.trace.traceparent
+        async with command_span(telemetry, gateway.backend, ref, command.type, known):
+            sent = await gateway.backend.send_command(ref, run_id, command)
+    if not sent:
         raise errors.RunNotRunning(f"Run {run_id} is not running.")
     _in_flight(gateway, ref, run_id).add(target_id)
     return {

@@ -46,12 +46,14 @@ from typing import TYPE_CHECKING, Any
 
 from app.backends import Backend, ConversationRef
 from app.runs.retry import until_available
+from app.telemetry.run_ops import lost_run_traced
 from providers.contract import AgentEvent
 
 if TYPE_CHECKING:
     from app.archive import Archive
     from app.observability.webhooks import WebhookDispatcher
     from app.runs.execute import ActiveRun
+    from app.telemetry import Telemetry
 
 __all__ = [
     "PROVIDER_ERROR",
@@ -121,12 +123,12 @@ async def close_unterminated(
     session_id: str,
     active: ActiveRun,
     error: dict[str, Any] = PROVIDER_ERROR,
-) -> None:
+) -> AgentEvent | None:
     """Log the terminal the provider failed to emit, decided as ``run.failed`` ``error`` (and
-    ``run.started`` first if even that is missing)."""
+    ``run.started`` first if even that is missing); answers the terminal logged."""
     snapshot = await until_available(lambda: backend.snapshot(ref), f"closing run {active.run_id}")
     if snapshot is None:
-        return
+        return None
     state = snapshot.state
     run_id = active.run_id
     if run_id not in state.get("runs", {}):
@@ -135,7 +137,9 @@ async def close_unterminated(
         )
         state = (await backend.snapshot(ref) or snapshot).state
     event = terminal_event(state, session_id, run_id, "run.failed", {"error": dict(error)})
-    await backend.append_event(ref, await decide_end(backend, ref, active, event))
+    decided = await decide_end(backend, ref, active, event)
+    await backend.append_event(ref, decided)
+    return decided
 
 
 class RunEndHooks:
@@ -147,15 +151,22 @@ class RunEndHooks:
     """
 
     def __init__(
-        self, archive: Archive | None = None, webhooks: WebhookDispatcher | None = None
+        self,
+        archive: Archive | None = None,
+        webhooks: WebhookDispatcher | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.archive = archive
         self.webhooks = webhooks if webhooks is not None and webhooks.enabled else None
+        #: [telemetry]: a lost run ends with a span in its trace (``app/telemetry/run_ops.py``).
+        self.telemetry = telemetry
+        #: Reads the lost run's trace (its conversation meta); set with ``telemetry``.
+        self.backend: Backend | None = None
 
     @property
     def any(self) -> bool:
         """Some hook is on (else a lost run need not be told)."""
-        return self.archive is not None or self.webhooks is not None
+        return self.archive is not None or self.webhooks is not None or self.telemetry is not None
 
     async def owner_ended(self, ref: ConversationRef, run_id: str) -> None:
         """Its owner ended ``run_id`` here: its terminal and its meta are logged, it still
@@ -170,6 +181,11 @@ class RunEndHooks:
     async def run_lost(self, ref: ConversationRef, run_id: str, run: dict[str, Any]) -> None:
         """This instance ends ``run`` (its record as ended) because its owner was lost; called
         before the end is logged and the slot released in one step."""
+        if self.telemetry is not None and self.backend is not None:
+            try:
+                await lost_run_traced(self.telemetry, self.backend, ref, run_id)
+            except Exception:
+                logger.exception("the span of lost run %s could not be made", run_id)
         if self.webhooks is not None:
             try:
                 await self.webhooks.run_lost(ref, run_id, run)

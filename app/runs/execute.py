@@ -30,6 +30,9 @@ from app.runs.event_pipe import EventPipe
 from app.runs.limits import ARTIFACT_EVENTS, cap_artifact
 from app.runs.retry import until_available
 from app.runs.start_slots import Started
+from app.telemetry import Telemetry
+from app.telemetry.logs import span_in_logs
+from app.telemetry.run_span import RunSpan
 from core.runs import RUN_TERMINAL_TYPES, TITLE_MAX_CHARS, AbortReason, QueuedCancelReason
 from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
@@ -64,6 +67,10 @@ class RunRequest:
     #: Cancelled before it started (a later interrupt, an abort naming it): it logs its start,
     #: its user message and ``run.cancelled`` in its turn, without reaching the upstream.
     cancelled: QueuedCancelReason | None = None
+    #: ``[telemetry]``: the accepting request's ``traceparent`` (the run span's parent), and
+    #: when it was accepted here to wait its turn (``time.monotonic()``; None: it did not).
+    trace: str | None = None
+    accepted_at: float | None = None
 
     def finish(self) -> None:
         """The run is over, or will never start: its start's waiters go on."""
@@ -119,16 +126,22 @@ class ActiveRun:
         self.ended = False
         #: How it ends is decided (its terminal is being logged): aborts come too late.
         self.ending = False
+        #: Its span while it executes (``[telemetry]``), else None.
+        self.trace: RunSpan | None = None
 
     def abort(self, reason: AbortReason) -> bool:
         """Abort the run; False (and nothing changes) once its end is decided."""
         if self.ending:
             return False
         self.signal.abort(reason)
+        if self.trace is not None:
+            self.trace.event("run.abort", {"agent_gateway.abort.reason": reason})
         return True
 
     def deliver(self, command: Command) -> None:
         self.commands.put_nowait(command)
+        if self.trace is not None:
+            self.trace.event("run.command", {"agent_gateway.command.type": command.type})
 
 
 def title_of(input: dict[str, Any]) -> str | None:
@@ -171,10 +184,30 @@ async def execute_run(
     request: RunRequest,
     active: ActiveRun,
     metrics: GatewayMetrics | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     """Run ``request`` to its terminal event, appending every event to the conversation."""
     with log_context(run_id=active.run_id, provider=request.provider):
-        await _execute_run(backend, catalog, settings, ref, request, active, metrics)
+        if telemetry is None:
+            await _execute_run(backend, catalog, settings, ref, request, active, metrics, None)
+            return
+        accepted = request.accepted_at
+        span = RunSpan(
+            telemetry,
+            ref.principal,
+            ref.key,
+            active.run_id,
+            request.provider,
+            request.trace,
+            None if accepted is None else time.monotonic() - accepted,
+        )
+        active.trace = span
+        try:
+            with span_in_logs(span.span):
+                await _execute_run(backend, catalog, settings, ref, request, active, metrics, span)
+        finally:
+            active.trace = None
+            span.end()
 
 
 async def _execute_run(
@@ -185,6 +218,7 @@ async def _execute_run(
     request: RunRequest,
     active: ActiveRun,
     metrics: GatewayMetrics | None,
+    span: RunSpan | None,
 ) -> None:
     starting = f"starting run {active.run_id}"
     snapshot = await until_available(lambda: backend.snapshot(ref), starting)
@@ -195,7 +229,9 @@ async def _execute_run(
         provider = catalog.get(request.provider)
     except UnknownProvider as exc:  # adopted from an instance configured with other providers
         error = {"code": exc.code, "message": exc.message}
-        await close_unterminated(backend, ref, meta.session_id, active, error)
+        ended = await close_unterminated(backend, ref, meta.session_id, active, error)
+        if span is not None and ended is not None:
+            span.on_events([ended])
         return
     run_input = request.input
     explicit = run_input.get("messages")
@@ -232,6 +268,8 @@ async def _execute_run(
             # the code's shortcuts").
             if tracker is not None:
                 tracker.on_events(checked)
+            if span is not None:
+                span.on_events(checked)
             await pipe.put_all([LogItem(event, checked=True) for event in checked])
             return
         events: list[AgentEvent] = []
@@ -246,6 +284,8 @@ async def _execute_run(
             items.append(LogItem(event, checked=event is original))
         if tracker is not None:
             tracker.on_events(events)
+        if span is not None:
+            span.on_events(events)
         await pipe.put_all(items)
 
     async def on_extension(key: str, value: Any) -> None:
@@ -264,11 +304,13 @@ async def _execute_run(
         commands=active.commands,
         on_extension=on_extension,
         max_upstream_event_bytes=settings.limits.max_upstream_event_bytes,
+        tracing=span,
     )
     meta.session_started = True
     meta.last_provider = request.provider
     meta.last_input = run_input
     meta.last_run_id = active.run_id
+    meta.last_run_trace = None if span is None else span.traceparent
     meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
     await until_available(lambda: backend.save_meta(ref, meta), starting)
     try:
@@ -280,7 +322,9 @@ async def _execute_run(
         await pipe.close()
         if not terminal_seen:
             try:
-                await close_unterminated(backend, ref, meta.session_id, active)
+                ended = await close_unterminated(backend, ref, meta.session_id, active)
+                if span is not None and ended is not None:
+                    span.on_events([ended])
             except Exception:
                 logger.exception("could not close run %s", active.run_id)
         if tracker is not None:

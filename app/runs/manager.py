@@ -36,6 +36,8 @@ from app.runs.ending import RunEndHooks
 from app.runs.execute import START_WAIT_SECONDS, ActiveRun, RunRequest, execute_run, title_of
 from app.runs.limits import GatewayLimits, check_json_size
 from app.runs.start_slots import StartSlots
+from app.telemetry import Telemetry
+from app.telemetry.run_ops import abort_span, current_traceparent
 
 __all__ = ["AnswerOf", "RunManager", "Submission"]
 
@@ -98,6 +100,8 @@ class RunManager:
         #: Starts in progress at once (gateway.max_concurrent_starts): a start storm is worked
         #: through in turn, not interleaved with the deltas of the answers already streaming.
         self.start_slots = StartSlots(settings.gateway.max_concurrent_starts)
+        #: [telemetry] (app/telemetry): runs are traced; None when off.
+        self.telemetry: Telemetry | None = None
         if metrics is not None:
             metrics.watch_start_slots(lambda: self.start_slots)
         backend.on_adopted_runs(self._adopt)
@@ -230,7 +234,9 @@ class RunManager:
             # A run whose terminal is logged is only finishing up: the next one starts after it.
             busy = bool(slot.queue) or (slot.current is not None and not slot.current.ended)
             request = RunRequest(new_run_id(), input, name, emit_user_message)
-            queued = QueuedRun(request.run_id, input, name, emit_user_message)
+            if self.telemetry is not None:  # its span's parent: this request's, on any instance
+                request.trace = current_traceparent()
+            queued = QueuedRun(request.run_id, input, name, emit_user_message, trace=request.trace)
             session_id = meta.session_id
 
             def body(status: str) -> dict[str, Any]:
@@ -259,6 +265,8 @@ class RunManager:
                         ref, queued, limit=None, answer=answer("started")
                     )
             status = "started"
+            if busy and self.telemetry is not None:  # it waits its turn: a queue_wait event
+                request.accepted_at = time.monotonic()
             if not busy:
                 slot.queue.append(request)
             elif policy == "reject":
@@ -336,6 +344,7 @@ class RunManager:
                             request,
                             active,
                             self.metrics,
+                            self.telemetry,
                         )
                     finally:
                         self._run_ended(ref, request.run_id)
@@ -413,6 +422,7 @@ class RunManager:
             if run.run_id not in known:
                 request = RunRequest(run.run_id, run.input, run.provider, run.emit_user_message)
                 request.cancelled = run.cancelled
+                request.trace = run.trace
                 slot.queue.append(request)
         # A run without a place (it holds the slot, or its ticket is gone) stays in front.
         place = {run_id: index for index, run_id in enumerate(order)}
@@ -427,6 +437,25 @@ class RunManager:
     async def abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
         """Abort the active run (or ``run_id``); a queued ``run_id`` is cancelled and logs its
         cancellation in its turn. The backend reaches a run queued on another instance."""
+        if self.telemetry is not None:  # an ``abort`` span linked to the run's span
+            async with abort_span(self.telemetry, self.backend, ref, self._trace_of(ref, run_id)):
+                return await self._abort(ref, run_id)
+        return await self._abort(ref, run_id)
+
+    def _trace_of(self, ref: ConversationRef, run_id: str | None) -> str | None:
+        """The span of ``run_id`` (else the conversation's run) if it is traced here."""
+        slot = self._slots.get(ref)
+        if slot is None:
+            return None
+        current = slot.current
+        if current is not None and current.trace is not None and run_id in (None, current.run_id):
+            return current.trace.traceparent
+        for request in slot.queue:
+            if request.run_id == run_id:
+                return request.trace
+        return None
+
+    async def _abort(self, ref: ConversationRef, run_id: str | None) -> str | None:
         slot = self._slots.get(ref)
         current = None if slot is None else slot.current
         if current is not None and current.ending and run_id in (None, current.run_id):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
+from app.telemetry.stream_links import StreamLinks
 from core.runs import RUN_TERMINAL_TYPES
 
 if TYPE_CHECKING:
@@ -196,6 +197,8 @@ async def follow_batches(
         followed = pos != EMPTY_CURSOR
         stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
         sink = None if push is None else _Sink(push, counts, ref)
+        #: [telemetry]: the stream's span links to the runs whose end it delivers.
+        links = None if gateway.telemetry is None else StreamLinks(backend, ref)
         while True:
             if pending:
                 entries, pending = pending, []
@@ -246,6 +249,8 @@ async def follow_batches(
                 pos = entry.cursor
                 followed = True
                 if entry.is_run_terminal:
+                    if links is not None:
+                        await links.delivered(entry.run_id)
                     if spec.until_run is not None and entry.run_id == spec.until_run:
                         yield batch
                         return

@@ -88,8 +88,12 @@ class AnthropicMessagesProvider(ModelApiProvider[AnthropicCall]):
         if call.stop_details is not None:
             output["stopDetails"] = call.stop_details
         ctx.output = output
+        usage = None
         if call.usage:
-            self.record_usage(ctx, call.usage, normalise_anthropic_usage(call.usage))
+            usage = normalise_anthropic_usage(call.usage)
+            self.record_usage(ctx, call.usage, usage)
+        reasons = [call.stop_reason] if call.stop_reason else []
+        self.describe_call(ctx, call.upstream_id, call.model, reasons, usage)
 
     def flush(self, ctx: RunContext) -> list[AgentEvent]:
         if not ctx.ended:

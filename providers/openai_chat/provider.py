@@ -78,8 +78,10 @@ class OpenAIChatProvider(ModelApiProvider[ModelCall]):
         if len(reasons) > 1:
             output["stopReasons"] = reasons
         ctx.output = output
-        if isinstance(call.usage, Mapping):
-            self.record_usage(ctx, call.usage, normalise_openai_usage(call.usage))
+        usage = normalise_openai_usage(call.usage) if isinstance(call.usage, Mapping) else None
+        if usage is not None:
+            self.record_usage(ctx, call.usage, usage)
+        self.describe_call(ctx, call.upstream_id, call.model, reasons, usage)
 
     def flush(self, ctx: RunContext) -> list[AgentEvent]:
         if not ctx.ended:

@@ -92,6 +92,8 @@ class ResponseCall:
     #: the final output items (``output_item.done``), sent back in the next request's input
     raw_items: dict[int, dict[str, Any]] = field(default_factory=dict)
     model: str | None = None
+    #: The response's ``id`` (its span's ``gen_ai.response.id``).
+    response_id: str | None = None
     status: str | None = None
     incomplete_reason: str | None = None
     usage: Mapping[str, Any] | None = None
@@ -150,6 +152,7 @@ def _item_of(call: ResponseCall, event: Mapping[str, Any]) -> OutputItem:
 
 def _remember(call: ResponseCall, response: Mapping[str, Any]) -> None:
     call.model = call.model or _str(response.get("model")) or None
+    call.response_id = call.response_id or _str(response.get("id")) or None
 
 
 def _on_response(call: ResponseCall, ctx: RunContext, event: Mapping[str, Any]) -> None:

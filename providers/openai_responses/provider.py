@@ -51,9 +51,13 @@ class OpenAIResponsesProvider(ModelApiProvider[ResponseCall]):
         if not call.ended:
             raise UpstreamDropped("The response stream ended without its terminal event.")
         remember_response_turn(ctx.transcript, [call.raw_items[i] for i in sorted(call.raw_items)])
-        ctx.output = {"stopReason": call.incomplete_reason or call.status}
-        if call.usage is not None:
-            self.record_usage(ctx, call.usage, normalise_responses_usage(call.usage))
+        reason = call.incomplete_reason or call.status
+        ctx.output = {"stopReason": reason}
+        usage = normalise_responses_usage(call.usage) if call.usage is not None else None
+        if usage is not None:
+            assert call.usage is not None
+            self.record_usage(ctx, call.usage, usage)
+        self.describe_call(ctx, call.response_id, call.model, [reason] if reason else [], usage)
 
     def flush(self, ctx: RunContext) -> list[AgentEvent]:
         if not ctx.ended:

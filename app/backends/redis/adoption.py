@@ -29,16 +29,17 @@ log = logging.getLogger("app.backends.redis")
 
 def encode_request(ref: ConversationRef, run: QueuedRun) -> bytes:
     """The request stored with a ticket: everything another instance needs to start the run."""
-    return orjson.dumps(
-        {
-            "principal": ref.principal,
-            "key": ref.key,
-            "runId": run.run_id,
-            "input": run.input,
-            "provider": run.provider,
-            "emitUserMessage": run.emit_user_message,
-        }
-    )
+    request: dict[str, Any] = {
+        "principal": ref.principal,
+        "key": ref.key,
+        "runId": run.run_id,
+        "input": run.input,
+        "provider": run.provider,
+        "emitUserMessage": run.emit_user_message,
+    }
+    if run.trace is not None:  # the adopting instance continues the accepting request's trace
+        request["traceparent"] = run.trace
+    return orjson.dumps(request)
 
 
 def decode_request(raw: bytes, cancelled: str = "") -> tuple[ConversationRef, QueuedRun]:
@@ -46,8 +47,14 @@ def decode_request(raw: bytes, cancelled: str = "") -> tuple[ConversationRef, Qu
     reason: QueuedCancelReason | None = None
     if cancelled in QUEUED_CANCEL_REASONS:
         reason = cast(QueuedCancelReason, cancelled)
+    trace = data.get("traceparent")
     run = QueuedRun(
-        data["runId"], data["input"], data["provider"], bool(data["emitUserMessage"]), reason
+        data["runId"],
+        data["input"],
+        data["provider"],
+        bool(data["emitUserMessage"]),
+        reason,
+        trace if isinstance(trace, str) else None,
     )
     return ConversationRef(data["principal"], data["key"]), run
 

@@ -1,4 +1,5 @@
-"""Log context: ``request_id``, ``conversation``, ``run_id``, ``provider`` in context variables.
+"""Log context: ``request_id``, ``conversation``, ``run_id``, ``provider`` in context variables
+(and ``trace_id``, ``span_id`` of the current span when ``[telemetry]`` is on).
 
 Every record logged inside a request or a run carries them (:func:`log_context`); asyncio
 tasks inherit them from where they were created.
@@ -13,7 +14,7 @@ from typing import Final
 
 __all__ = ["CONTEXT_FIELDS", "CONTEXT_VARS", "current_log_context", "log_context"]
 
-CONTEXT_FIELDS: Final = ("request_id", "conversation", "run_id", "provider")
+CONTEXT_FIELDS: Final = ("request_id", "conversation", "run_id", "provider", "trace_id", "span_id")
 
 CONTEXT_VARS: Final[dict[str, ContextVar[str | None]]] = {
     name: ContextVar(f"agent_gateway_log_{name}", default=None) for name in CONTEXT_FIELDS

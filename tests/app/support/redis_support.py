@@ -285,6 +285,7 @@ class GatewayProcess:
         snapshot_every: int = 200,
         max_len: int = 10000,
         mcp_url: str = "",
+        telemetry: bool = False,
     ) -> None:
         self.name = name
         self.port = free_port()
@@ -295,6 +296,8 @@ class GatewayProcess:
             "--snapshot-every", str(snapshot_every), "--max-len", str(max_len),
             "--instance", name, "--mcp-url", mcp_url,
         ]  # fmt: skip
+        if telemetry:  # [telemetry] enabled; the OTEL_* variables come from this environment
+            self.args.append("--telemetry")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix=f"agw-{name}-", suffix=".log")[1])
 
@@ -361,6 +364,7 @@ def _serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--stall-idempotent-answers", action="store_true")
     # The "slow" provider's model may call the tools of this MCP server (no approval).
     parser.add_argument("--mcp-url", default="")
+    parser.add_argument("--telemetry", action="store_true")
     args = parser.parse_args(argv)
 
     from app.backends.redis import RedisBackend
@@ -391,6 +395,7 @@ def _serve(argv: list[str] | None = None) -> None:
         providers=providers,
         webhooks={"url": args.webhook_url, "secret": "whsec-test"},
         mcp=mcp,
+        telemetry={"enabled": args.telemetry},
     )
     backend = RedisBackend(
         gateway_redis_client(args.redis_url),
