@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, wait_state
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import collect_sse, events_of, wait_state
 from tests.app.telemetry.otlp_receiver import OtlpReceiver, Span
-from tests.providers.mock_upstreams import STALL, openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import STALL, openai_frames, serve_mock
 
 KEY = "secretive"
 USER_TOKEN = "usertok-7f3a9c1e5b2d4f6a8c0e"

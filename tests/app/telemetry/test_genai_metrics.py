@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import metric_sample
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import metric_sample
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 LABELS = {
     "gen_ai_operation_name": "chat",

@@ -10,9 +10,9 @@ from httpx_sse import ServerSentEvent
 
 from app.backends import LogEntry
 from app.streams import sse
-from tests.app.gateway_server import StartGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, start_run, terminal
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.gateway_server import StartGateway, make_settings
+from tests.app.support.helpers import collect_sse, events_of, start_run, terminal
+from tests.app.support.scripted_provider import ScriptedProvider
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
 from tests.app.telemetry.trees import one
 from tests.support import eventually

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from app.observability.logs import configure_logging
-from tests.app.gateway_server import StartGateway, make_settings
+from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
 from tests.app.telemetry.trees import one
-from tests.providers.mock_upstreams import openai_frames, serve_mock
+from tests.providers.support.mock_upstreams import openai_frames, serve_mock
 
 
 @pytest.fixture

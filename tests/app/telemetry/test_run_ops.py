@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.cluster_support import LEASE_TTL, cluster
+from tests.app.support.cluster_support import LEASE_TTL, cluster
 from tests.app.telemetry.otlp_receiver import OtlpReceiver, Span
 from tests.app.telemetry.trees import one, render
 from tests.support import eventually_async

@@ -22,12 +22,12 @@ import orjson
 import pytest
 
 from app.telemetry.attributes import conversation_id
-from tests.app.gateway_server import RunningGateway, StartGateway, make_settings
-from tests.app.helpers import collect_sse, events_of, terminal, wait_state
-from tests.app.scripted_provider import ScriptedProvider
+from tests.app.support.gateway_server import RunningGateway, StartGateway, make_settings
+from tests.app.support.helpers import collect_sse, events_of, terminal, wait_state
+from tests.app.support.scripted_provider import ScriptedProvider
 from tests.app.telemetry.otlp_receiver import OtlpReceiver
 from tests.app.telemetry.trees import children, one, render
-from tests.providers.mock_upstreams import (
+from tests.providers.support.mock_upstreams import (
     HttpStatus,
     anthropic_frames,
     openai_frames,
