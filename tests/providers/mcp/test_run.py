@@ -168,6 +168,35 @@ async def test_parallel_calls_up_to_max_parallel(max_parallel: int, expected: in
     assert len(of_type(events, "tool.completed")) == 3 and of_type(events, "run.completed")
     assert server.server.max_in_flight == expected
     assert sorted(tool_result_texts(m.requests[1])) == ["slept 0.4"] * 3
+    # tool.running marks the start of the MCP call: a call waiting for a slot is not running
+    steps = [
+        (e["type"], e["payload"]["toolCallId"])
+        for e in of_type(events, "tool.running", "tool.completed", "tool.failed")
+    ]
+    running = [ident for kind, ident in steps if kind == "tool.running"]
+    assert sorted(running) == ["c0", "c1", "c2"]
+    if max_parallel == 1:  # each call starts only once the one before it has ended
+        assert steps == [(kind, i) for i in running for kind in ("tool.running", "tool.completed")]
+    else:  # all three start before the first of them ends
+        assert [kind for kind, _ in steps] == ["tool.running"] * 3 + ["tool.completed"] * 3
+
+
+async def test_waiting_call_is_pending_until_the_call_before_it_ends() -> None:
+    """max_parallel = 1, two calls: the second's tool.running follows the first's end."""
+    calls = [("c1", "tools__fails", '{"reason":"first"}'), ("c2", "tools__echo", '{"text":"b"}')]
+    async with serve_mcp() as server:
+        async with serve_mock([openai_frames(tool_calls=calls), openai_frames(text="ok")]) as m:
+            settings = settings_for(server.url, max_parallel=1)
+            events = await run(OpenAIChatProvider(url=m.url, model="m", mcp=settings))
+    steps = [
+        (e["type"], e["payload"]["toolCallId"])
+        for e in of_type(events, "tool.running", "tool.completed", "tool.failed")
+    ]
+    first = steps.index(("tool.running", "c1"))
+    assert steps[first + 1] == ("tool.failed", "c1")
+    assert steps.index(("tool.running", "c2")) > first + 1
+    assert steps[-1] == ("tool.completed", "c2") and of_type(events, "run.completed")
+    assert [name for name, _ in server.server.calls] == ["fails", "echo"]
 
 
 async def test_deny_and_allow_shape_what_the_model_sees() -> None:
