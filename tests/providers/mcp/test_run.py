@@ -19,7 +19,13 @@ from providers.openai_responses import OpenAIResponsesProvider
 from providers.testing import make_options, run_collect
 from providers.validator import validate_agent_provider_events
 from tests.mcp_server import serve_mcp
-from tests.providers.mcp.support import of_type, settings_for, types_of
+from tests.providers.mcp.support import (
+    mcp_server_process,
+    of_type,
+    serve_gated_mock,
+    settings_for,
+    types_of,
+)
 from tests.providers.support.mock_upstreams import (
     Frames,
     Responder,
@@ -248,6 +254,39 @@ async def test_server_down_mid_run_is_a_tool_failure() -> None:
     assert of_type(events, "tool.failed")[0]["payload"]["error"]["code"] == "mcp_unavailable"
     assert of_type(events, "run.completed") and len(m.requests) == 2
     assert server.server.calls == []
+
+
+async def test_server_process_killed_mid_run_is_a_tool_failure() -> None:
+    """The real server process dies after the tools were listed, before the model calls one:
+    the call fails mcp_unavailable, the model reads that, the run completes."""
+    responses = [
+        openai_frames(tool_calls=[("c1", "tools__echo", '{"text":"x"}')]),
+        openai_frames(text="the tool is down"),
+    ]
+    async with mcp_server_process() as server, serve_gated_mock(responses) as m:
+        provider = OpenAIChatProvider(url=m.url, model="m", mcp=settings_for(server.url))
+
+        async def kill_once_listed() -> None:
+            await m.asked.wait()  # the model call is made: the tools were listed before it
+            await server.kill()
+            m.gate.set()  # now the model calls the tool
+
+        killer = asyncio.create_task(kill_once_listed())
+        events = await run(provider)
+        await killer
+    assert server.process.returncode is not None
+    assert "tools__echo" in tool_names(m.requests[0])
+    assert types_of(events, "tool.running", "tool.completed", "tool.failed", "run.") == [
+        "run.started",
+        "tool.running",
+        "tool.failed",
+        "run.completed",
+    ]
+    error = of_type(events, "tool.failed")[0]["payload"]["error"]
+    assert error["code"] == "mcp_unavailable" and "tools" in error["message"]
+    assert len(m.requests) == 2
+    assert tool_result_texts(m.requests[1]) == [error["message"]]
+    assert "unreachable" in error["message"]
 
 
 async def test_tool_list_change_reaches_the_next_model_call() -> None:
