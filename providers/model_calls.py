@@ -19,7 +19,7 @@ from providers.context import RunContext
 from providers.contract import AgentEvent, AgentTransport, Command, RunOptions
 from providers.mcp import McpSettings, McpTools
 from providers.mcp.context import McpRunContext
-from providers.mcp.run import RESULT_COMMAND
+from providers.mcp.run import INTERNAL_COMMANDS
 from providers.registry import network_transport
 from providers.tracing import CallDescription
 from providers.transports.request import UpstreamRequest
@@ -170,8 +170,8 @@ class ModelApiProvider(ProviderBase, Generic[CallT]):
     # -- MCP server tools (providers.mcp.run) ----------------------------------------------------
 
     def apply_command(self, command: Command, ctx: RunContext) -> bool:
-        if command.type == RESULT_COMMAND and self.mcp is not None:
-            return self.mcp.apply_result(command, ctx)
+        if command.type in INTERNAL_COMMANDS and self.mcp is not None:
+            return self.mcp.apply_internal(command, ctx)
         return super().apply_command(command, ctx)
 
     def on_command(self, command: Command, ctx: RunContext) -> None:

@@ -21,6 +21,8 @@ class McpRunContext(RunContext):
     def __init__(self, options: RunOptions, provider_id: str, mcp: McpTools) -> None:
         super().__init__(options, provider_id)
         self.mcp = mcp
+        #: toolCallId -> ``tool.requested`` of each server tool call of the run
+        self.gateway_requests: dict[str, AgentEvent] = {}
 
     def request_tool(
         self,
@@ -39,7 +41,7 @@ class McpRunContext(RunContext):
         if exposed is not None:
             executor = "gateway"
             meta = {**(meta or {}), "executor": "gateway", "server": exposed.server}
-        return super().request_tool(
+        event = super().request_tool(
             tool_call_id,
             name,
             arguments,
@@ -50,11 +52,19 @@ class McpRunContext(RunContext):
             parent_id=parent_id,
             meta=meta,
         )
+        if exposed is not None:
+            self.gateway_requests[tool_call_id] = event
+        return event
 
     def tool_running(
         self, tool_call_id: str, *, meta: Mapping[str, Any] | None = None
     ) -> AgentEvent:
+        """A server tool's arguments are complete: its approval or its call, not ``tool.running``
+        (that comes once the call holds a slot). Returns the event that now stands for the
+        call: ``approval.requested``, ``tool.failed``, or its ``tool.requested`` while the call
+        is scheduled."""
         record = self.tool(tool_call_id)
         if record is not None and record.executor == "gateway" and record.status == "pending":
-            return self.mcp.arguments_complete(self, tool_call_id)
+            event = self.mcp.arguments_complete(self, tool_call_id)
+            return event if event is not None else self.gateway_requests[tool_call_id]
         return super().tool_running(tool_call_id, meta=meta)

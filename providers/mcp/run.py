@@ -6,10 +6,13 @@ Events of a server tool call: ``tool.requested`` (``meta.executor = "gateway"``,
 exact arguments in ``data``, ``editable``, ``version`` = hash of (server, tool, arguments),
 ``expiresAt``; ``meta.inputSchema`` is the tool's schema, so any instance can check edited
 arguments), ``approval.resolved``, then ``tool.running`` and ``tool.completed {result}`` or
-``tool.failed``. A call runs as a task of the owner; its outcome comes back to the run as the
-internal command ``mcp.result`` (through the run's command queue, like the app's answers), so
-the model call continues once nothing of the turn waits. An MCP error result, a timeout or an
-unreachable server fails the tool (the model gets the error as the tool's result), never the run.
+``tool.failed``. A call runs as a task of the owner; the task never emits: once it holds one of
+the run's ``[mcp] max_parallel`` slots it sends the internal command ``mcp.started`` (the
+run emits ``tool.running``; a call waiting for a slot stays pending), and its outcome comes
+back as ``mcp.result``, both through the run's command queue like the app's answers, so the
+run's events keep one writer and the model call continues once nothing of the turn waits.
+An MCP error result, a timeout or an unreachable server fails the tool (the model gets the
+error as the tool's result), never the run.
 An abort, error or wait timeout of the run cancels the calls in flight (:meth:`McpTools.cancel`).
 """
 
@@ -29,10 +32,14 @@ from providers.mcp.catalogue import ExposedTool, ToolCatalogue
 from providers.mcp.config import McpSettings, call_version
 from providers.mcp.schema import schema_errors
 
-__all__ = ["RESULT_COMMAND", "McpTools"]
+__all__ = ["INTERNAL_COMMANDS", "RESULT_COMMAND", "STARTED_COMMAND", "McpTools"]
 
+#: The internal command saying a call holds its slot and starts: the run emits ``tool.running``.
+STARTED_COMMAND = "mcp.started"
 #: The internal command carrying a finished call's outcome back into the run.
 RESULT_COMMAND = "mcp.result"
+#: The commands only the run's own call tasks send (:meth:`McpTools.apply_internal`).
+INTERNAL_COMMANDS = frozenset({STARTED_COMMAND, RESULT_COMMAND})
 
 TOOL_REJECTED = {"code": "tool_rejected", "message": "The user rejected this tool call."}
 APPROVAL_EXPIRED = {
@@ -46,6 +53,8 @@ class _Call:
     tool_call_id: str
     tool: ExposedTool
     arguments: dict[str, Any]
+    #: ``meta`` of the call's ``tool.running`` (``arguments`` when an approval edited them)
+    running_meta: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -89,8 +98,9 @@ class McpTools:
 
     # -- a call ------------------------------------------------------------------------------
 
-    def arguments_complete(self, ctx: RunContext, tool_call_id: str) -> AgentEvent:
-        """The model finished a server tool call: ask for approval, or run it now."""
+    def arguments_complete(self, ctx: RunContext, tool_call_id: str) -> AgentEvent | None:
+        """The model finished a server tool call: ask for approval (the event returned), or
+        schedule the call (None: ``tool.running`` follows once it holds a slot)."""
         record = ctx.tool(tool_call_id)
         assert record is not None
         tool = self.state(ctx).tools[record.name]
@@ -104,7 +114,8 @@ class McpTools:
         call = _Call(tool_call_id, tool, arguments)
         server = self.settings.servers[tool.server]
         if not server.needs_approval(tool.tool):
-            return self._start(ctx, call)
+            self._start(ctx, call)
+            return None
         approval_id = f"approval-{tool_call_id}"
         self.state(ctx).approvals[approval_id] = call
         expires_at = None
@@ -127,20 +138,19 @@ class McpTools:
             },
         )
 
-    def _start(
-        self, ctx: RunContext, call: _Call, meta: dict[str, Any] | None = None
-    ) -> AgentEvent:
-        event = RunContext.tool_running(ctx, call.tool_call_id, meta=meta)
+    def _start(self, ctx: RunContext, call: _Call) -> None:
+        """Schedule the call: ``tool.running`` follows when it holds a slot (``mcp.started``)."""
         state = self.state(ctx)
         task = asyncio.get_running_loop().create_task(self._execute(ctx, state, call))
         state.tasks.add(task)
         task.add_done_callback(state.tasks.discard)
-        return event
 
     async def _execute(self, ctx: RunContext, state: _RunState, call: _Call) -> None:
         server = self.settings.servers[call.tool.server]
         payload: dict[str, Any] = {"toolCallId": call.tool_call_id}
         async with state.slots:
+            started = {"toolCallId": call.tool_call_id, "meta": call.running_meta}
+            ctx.options.commands.put_nowait(Command(STARTED_COMMAND, started))
             try:
                 outcome = await client.call_tool(
                     server, call.tool.tool, call.arguments, self.catalogue.invalidate
@@ -162,6 +172,22 @@ class McpTools:
         ctx.options.commands.put_nowait(Command(RESULT_COMMAND, payload))
 
     # -- commands ----------------------------------------------------------------------------
+
+    def apply_internal(self, command: Command, ctx: RunContext) -> bool:
+        """One of :data:`INTERNAL_COMMANDS`; False when the tool no longer waits on the call."""
+        if command.type == STARTED_COMMAND:
+            return self.apply_started(command, ctx)
+        return self.apply_result(command, ctx)
+
+    def apply_started(self, command: Command, ctx: RunContext) -> bool:
+        """``mcp.started``: ``tool.running``; False when the tool no longer waits on the call."""
+        tool_call_id = str(command.payload.get("toolCallId"))
+        record = ctx.tool(tool_call_id)
+        if record is None or record.status != "pending" or not ctx.is_open("tool", tool_call_id):
+            return False
+        meta = command.payload.get("meta")
+        RunContext.tool_running(ctx, tool_call_id, meta=meta if isinstance(meta, dict) else None)
+        return True
 
     def apply_result(self, command: Command, ctx: RunContext) -> bool:
         """``mcp.result``: the call's tool ends; False when the tool no longer waits on it."""
@@ -200,7 +226,7 @@ class McpTools:
                 ctx.fail_tool(call.tool_call_id, error)
                 return
             assert isinstance(data, dict)
-            self._start(ctx, _Call(call.tool_call_id, call.tool, data), {"arguments": data})
+            self._start(ctx, _Call(call.tool_call_id, call.tool, data, {"arguments": data}))
         else:
             self._start(ctx, call)
 

@@ -19,7 +19,13 @@ from providers.openai_responses import OpenAIResponsesProvider
 from providers.testing import make_options, run_collect
 from providers.validator import validate_agent_provider_events
 from tests.mcp_server import serve_mcp
-from tests.providers.mcp.support import of_type, settings_for, types_of
+from tests.providers.mcp.support import (
+    mcp_server_process,
+    of_type,
+    serve_gated_mock,
+    settings_for,
+    types_of,
+)
 from tests.providers.support.mock_upstreams import (
     Frames,
     Responder,
@@ -168,6 +174,35 @@ async def test_parallel_calls_up_to_max_parallel(max_parallel: int, expected: in
     assert len(of_type(events, "tool.completed")) == 3 and of_type(events, "run.completed")
     assert server.server.max_in_flight == expected
     assert sorted(tool_result_texts(m.requests[1])) == ["slept 0.4"] * 3
+    # tool.running marks the start of the MCP call: a call waiting for a slot is not running
+    steps = [
+        (e["type"], e["payload"]["toolCallId"])
+        for e in of_type(events, "tool.running", "tool.completed", "tool.failed")
+    ]
+    running = [ident for kind, ident in steps if kind == "tool.running"]
+    assert sorted(running) == ["c0", "c1", "c2"]
+    if max_parallel == 1:  # each call starts only once the one before it has ended
+        assert steps == [(kind, i) for i in running for kind in ("tool.running", "tool.completed")]
+    else:  # all three start before the first of them ends
+        assert [kind for kind, _ in steps] == ["tool.running"] * 3 + ["tool.completed"] * 3
+
+
+async def test_waiting_call_is_pending_until_the_call_before_it_ends() -> None:
+    """max_parallel = 1, two calls: the second's tool.running follows the first's end."""
+    calls = [("c1", "tools__fails", '{"reason":"first"}'), ("c2", "tools__echo", '{"text":"b"}')]
+    async with serve_mcp() as server:
+        async with serve_mock([openai_frames(tool_calls=calls), openai_frames(text="ok")]) as m:
+            settings = settings_for(server.url, max_parallel=1)
+            events = await run(OpenAIChatProvider(url=m.url, model="m", mcp=settings))
+    steps = [
+        (e["type"], e["payload"]["toolCallId"])
+        for e in of_type(events, "tool.running", "tool.completed", "tool.failed")
+    ]
+    first = steps.index(("tool.running", "c1"))
+    assert steps[first + 1] == ("tool.failed", "c1")
+    assert steps.index(("tool.running", "c2")) > first + 1
+    assert steps[-1] == ("tool.completed", "c2") and of_type(events, "run.completed")
+    assert [name for name, _ in server.server.calls] == ["fails", "echo"]
 
 
 async def test_deny_and_allow_shape_what_the_model_sees() -> None:
@@ -219,6 +254,39 @@ async def test_server_down_mid_run_is_a_tool_failure() -> None:
     assert of_type(events, "tool.failed")[0]["payload"]["error"]["code"] == "mcp_unavailable"
     assert of_type(events, "run.completed") and len(m.requests) == 2
     assert server.server.calls == []
+
+
+async def test_server_process_killed_mid_run_is_a_tool_failure() -> None:
+    """The real server process dies after the tools were listed, before the model calls one:
+    the call fails mcp_unavailable, the model reads that, the run completes."""
+    responses = [
+        openai_frames(tool_calls=[("c1", "tools__echo", '{"text":"x"}')]),
+        openai_frames(text="the tool is down"),
+    ]
+    async with mcp_server_process() as server, serve_gated_mock(responses) as m:
+        provider = OpenAIChatProvider(url=m.url, model="m", mcp=settings_for(server.url))
+
+        async def kill_once_listed() -> None:
+            await m.asked.wait()  # the model call is made: the tools were listed before it
+            await server.kill()
+            m.gate.set()  # now the model calls the tool
+
+        killer = asyncio.create_task(kill_once_listed())
+        events = await run(provider)
+        await killer
+    assert server.process.returncode is not None
+    assert "tools__echo" in tool_names(m.requests[0])
+    assert types_of(events, "tool.running", "tool.completed", "tool.failed", "run.") == [
+        "run.started",
+        "tool.running",
+        "tool.failed",
+        "run.completed",
+    ]
+    error = of_type(events, "tool.failed")[0]["payload"]["error"]
+    assert error["code"] == "mcp_unavailable" and "tools" in error["message"]
+    assert len(m.requests) == 2
+    assert tool_result_texts(m.requests[1]) == [error["message"]]
+    assert "unreachable" in error["message"]
 
 
 async def test_tool_list_change_reaches_the_next_model_call() -> None:
