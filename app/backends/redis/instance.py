@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from app.backends.redis.adoption import Adoption
 from app.backends.redis.claims import Ownership, Token
-from app.backends.redis.cluster import publish_command
+from app.backends.redis.cluster import is_cluster, publish_command
 from app.backends.redis.control import Control, ControlBus
 from app.backends.redis.cursors import make_cursor
 from app.backends.redis.errors import RunFenced
@@ -90,6 +90,7 @@ class RedisInstance:
         self.redis = redis
         #: ``SPUBLISH`` on a cluster (to the conversation's shard only), else ``PUBLISH``.
         self.publish = publish_command(redis)
+        self.cluster = is_cluster(redis)
         self.prefix = key_prefix
         self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_token(4)}"
         self.snapshot_every = snapshot_every
@@ -205,10 +206,12 @@ class RedisInstance:
     ) -> None:
         """What :meth:`touch` sends, queued on ``pipe``."""
         if listed is not None:
-            # Written as a fresh reservation: on a cluster the index's shard may apply this
+            # On a cluster, written as a fresh reservation: the index's shard may apply this
             # before the conversation's shard creates its meta, and a listing in between must
-            # count it (being created), not drop it as expired.
-            pipe.hset(listed[0], listed[1], f"{RESERVED_PREFIX}{int(time.time() * 1000)}")
+            # count it (being created), not drop it as expired. Standalone, the pipeline
+            # creates the meta first: listed as created, pruned as soon as it expires.
+            value = f"{RESERVED_PREFIX}{int(time.time() * 1000)}" if self.cluster else 1
+            pipe.hset(listed[0], listed[1], value)
         if self.ttl_ms is not None:
             for key in (keys.meta, keys.log, keys.snap, keys.fence):
                 pipe.pexpire(key, self.ttl_ms)
