@@ -23,57 +23,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
+from app.append_calls import AppendCall, Args, Then, fail
+
 __all__ = ["ClusterScriptPipeline"]
 
 log = logging.getLogger(__name__)
 
-Args = Sequence[str | bytes | int]
-Then = Callable[[Any], None]
 #: Calls sent in one pipeline at most; the rest go in the next.
 MAX_CALLS = 256
-
-
-@dataclass(slots=True)
-class _Call:
-    keys: Sequence[str | bytes]
-    args: Args | Callable[[], Args]
-    done: asyncio.Future[Any] | None
-    again: Callable[[Args], Args] | None = None
-    then: Then | None = None
-
-    def send_args(self) -> Args:
-        args = self.args
-        if callable(args):
-            args = self.args = args()
-        return self.again(args) if self.again is not None else args
-
-    def live(self) -> bool:
-        return self.done is None or not self.done.done()
-
-    def answer(self, reply: Any) -> None:
-        if self.done is None:
-            then, self.then = self.then, None
-            if then is not None:
-                try:
-                    then(reply)
-                except Exception as exc:
-                    asyncio.get_running_loop().call_exception_handler(
-                        {"message": "a script pipeline reply callback failed", "exception": exc}
-                    )
-            return
-        if self.done.done():
-            return
-        if isinstance(reply, BaseException):
-            self.done.set_exception(reply)
-        else:
-            self.done.set_result(reply)
 
 
 class _Lane:
@@ -82,7 +45,7 @@ class _Lane:
     __slots__ = ("flush_soon", "pending", "task")
 
     def __init__(self) -> None:
-        self.pending: list[_Call] = []
+        self.pending: list[AppendCall] = []
         self.task: asyncio.Task[None] | None = None
         self.flush_soon: asyncio.Handle | None = None
 
@@ -120,7 +83,7 @@ class ClusterScriptPipeline:
         again: Callable[[Args], Args] | None = None,
     ) -> asyncio.Future[Any]:
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._submit(_Call(keys, args, done, again))
+        self._submit(AppendCall(keys, args, done, again))
         return done
 
     def call_then(
@@ -130,7 +93,7 @@ class ClusterScriptPipeline:
         again: Callable[[Args], Args] | None,
         then: Then,
     ) -> None:
-        self._submit(_Call(keys, args, None, again, then))
+        self._submit(AppendCall(keys, args, None, again, then))
 
     def _lane_name(self, keys: Sequence[str | bytes]) -> str:
         """The node the call's slot is on, as far as the client knows ('' before it knows)."""
@@ -141,7 +104,7 @@ class ClusterScriptPipeline:
         except RedisError:  # slots not known yet (first use) or not covered (failover)
             return ""
 
-    def _submit(self, call: _Call) -> None:
+    def _submit(self, call: AppendCall) -> None:
         name = self._lane_name(call.keys)
         lane = self._lanes.get(name)
         if lane is None:
@@ -167,12 +130,11 @@ class ClusterScriptPipeline:
         finally:
             lane.task = None
 
-    async def _send(self, calls: list[_Call]) -> None:
+    async def _send(self, calls: list[AppendCall]) -> None:
         try:
-            sent = [(c, c.send_args()) for c in calls]
+            sent = [(c, c.packed_args(again=True)) for c in calls]
         except Exception as exc:
-            for c in calls:
-                c.answer(exc)
+            fail(calls, exc)
             return
         try:
             replies = await self._execute(sent)
@@ -185,19 +147,15 @@ class ClusterScriptPipeline:
                     replies[n] = exc
         except asyncio.CancelledError:
             for c in calls:
-                if c.done is not None:
-                    c.done.cancel()
-                else:
-                    c.answer(asyncio.CancelledError())
+                c.withdraw()
             raise
         except Exception as exc:
-            for c in calls:
-                c.answer(exc)
+            fail(calls, exc)
             return
         for c, reply in zip(calls, replies, strict=True):
             c.answer(reply)
 
-    async def _execute(self, sent: list[tuple[_Call, Args]]) -> list[Any]:
+    async def _execute(self, sent: list[tuple[AppendCall, Args]]) -> list[Any]:
         sha = self._script.sha
         self.round_trips += 1
         if self._wait > 0:
@@ -231,7 +189,4 @@ class ClusterScriptPipeline:
                     await task
             pending, lane.pending = lane.pending, []
             for c in pending:
-                if c.done is not None:
-                    c.done.cancel()
-                else:
-                    c.answer(asyncio.CancelledError())
+                c.withdraw()

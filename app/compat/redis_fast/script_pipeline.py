@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -34,6 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.append_calls import AppendCall, Args, Then, fail
 from app.compat.redis_fast.append_packing import bulk, remember
 from app.compat.redis_fast.packing import pack_plain_commands, plain_utf8
 from app.compat.redis_fast.wire import (
@@ -51,75 +51,10 @@ __all__ = ["MAX_CALLS", "ScriptPipeline"]
 MAX_CALLS = 256
 
 
-Args = Sequence[str | bytes | int]
 #: A call's arguments as RESP bulk strings (joined: one ``bulk`` per argument).
 PackArgs = Callable[[Args], list[bytes]]
 #: Packed call heads kept at most (past it the cache starts over).
 HEADS_LIMIT = 4096
-
-
-#: What :meth:`ScriptPipeline.call_then` calls with a call's reply: the reply, or the error
-#: (an exception object: the script's, the round trip's, ``CancelledError`` when withdrawn).
-Then = Callable[[Any], None]
-
-
-@dataclass(slots=True)
-class _Call:
-    keys: Sequence[str | bytes]
-    #: The arguments, or what builds them when the call is packed (called once).
-    args: Args | Callable[[], Args]
-    #: Settled with the reply (:meth:`ScriptPipeline.call`); None: ``then`` is told instead.
-    done: asyncio.Future[Any] | None
-    #: The arguments of a send that may repeat an earlier one, made from ``args``.
-    again: Callable[[Args], Args] | None = None
-    then: Then | None = None
-
-    def packed_args(self, again: bool = False) -> Args:
-        args = self.args
-        if callable(args):
-            args = self.args = args()
-        if again and self.again is not None:
-            return self.again(args)
-        return args
-
-
-def _answer(call: _Call, reply: Any) -> None:
-    """Settle ``call`` with its reply, or its error (a reply that is an exception: FENCED)."""
-    done = call.done
-    if done is None:
-        then, call.then = call.then, None  # told once
-        if then is not None:
-            try:
-                then(reply)
-            except Exception as exc:  # as a future's callback that raised: reported, no more
-                asyncio.get_running_loop().call_exception_handler(
-                    {"message": "a script pipeline reply callback failed", "exception": exc}
-                )
-        return
-    if done.done():  # its caller gave up
-        return
-    if isinstance(reply, Exception):
-        done.set_exception(reply)
-    else:
-        done.set_result(reply)
-
-
-def _withdraw(call: _Call) -> None:
-    """``call`` will not be answered (the pipeline closed, its send was cancelled)."""
-    if call.done is not None:
-        call.done.cancel()
-    else:
-        _answer(call, asyncio.CancelledError())
-
-
-def _live(call: _Call) -> bool:
-    """Still wanted: not a call whose caller cancelled it before it was sent."""
-    return call.done is None or not call.done.done()
-
-
-def _fail(calls: list[_Call], error: Exception) -> None:
-    for call in calls:
-        _answer(call, error)
 
 
 class ScriptPipeline:
@@ -143,10 +78,10 @@ class ScriptPipeline:
         #: ``EVALSHA sha numkeys keys...`` packed, per keys (the same for every append of a
         #: conversation; the script, and so its sha, is the pipeline's own).
         self._heads: dict[tuple[str | bytes, ...], bytes] = {}
-        self._pending: list[_Call] = []
+        self._pending: list[AppendCall] = []
         self._flush_soon: asyncio.Handle | None = None
         #: The pipeline on the wire (its calls in order) and the replies read of it so far.
-        self._batch: list[_Call] | None = None
+        self._batch: list[AppendCall] | None = None
         self._replies: list[Any] = []
         self._wire: Wire | None = None
         #: redis-py's path at work (connect, resend after a loss, load the script): the fast
@@ -174,7 +109,7 @@ class ScriptPipeline:
         the first connect, which redis-py may retry) from ``args``. A future, not a
         coroutine: one frame less for every append of every run to pass through, twice."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._submit(_Call(keys, args, done, again))
+        self._submit(AppendCall(keys, args, done, again))
         return done
 
     def call_then(
@@ -188,9 +123,9 @@ class ScriptPipeline:
         once, from the reply's read (no future, no loop callback in between; the pipeline
         closed: ``CancelledError()``). At one call per delta of every slow answer, those were
         a future, its done-callback and a loop turn per delta."""
-        self._submit(_Call(keys, args, None, again, then))
+        self._submit(AppendCall(keys, args, None, again, then))
 
-    def _submit(self, call: _Call) -> None:
+    def _submit(self, call: AppendCall) -> None:
         self._pending.append(call)
         if self._batch is None and self._slow is None and self._flush_soon is None:
             # After this loop turn: the calls made in it go together.
@@ -214,7 +149,7 @@ class ScriptPipeline:
         try:
             data = self._packed(batch, again=False)
         except Exception as exc:  # an argument hiredis cannot pack: these calls fail, not hang
-            _fail(batch, exc)
+            fail(batch, exc)
             if self._pending and self._flush_soon is None:
                 self._flush_soon = loop.call_soon(self._flush)
             return
@@ -226,17 +161,17 @@ class ScriptPipeline:
             return
         self._watch.start(self._timeout)
 
-    def _next_batch(self) -> list[_Call]:
+    def _next_batch(self) -> list[AppendCall]:
         while self._pending:
             batch = self._pending[: self._max]
             del self._pending[: self._max]
             # A caller cancelled before its call was sent: nothing of it is written.
-            live = [c for c in batch if _live(c)]
+            live = [c for c in batch if c.live()]
             if live:
                 return live
         return []
 
-    def _packed(self, calls: list[_Call], again: bool) -> list[bytes]:
+    def _packed(self, calls: list[AppendCall], again: bool) -> list[bytes]:
         sha = self._script.sha
         conn = self._conn
         assert conn is not None
@@ -275,13 +210,13 @@ class ScriptPipeline:
         if self._pending and self._slow is None:
             self._flush()
 
-    def _settle(self, calls: list[_Call], replies: list[Any]) -> None:
-        missing: list[_Call] = []
+    def _settle(self, calls: list[AppendCall], replies: list[Any]) -> None:
+        missing: list[AppendCall] = []
         for c, reply in zip(calls, replies, strict=True):
             if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
                 missing.append(c)
             else:
-                _answer(c, reply)
+                c.answer(reply)
         if missing:
             self._slow = asyncio.get_running_loop().create_task(
                 self._slowly(missing, None, load_script=True), name="redis-script-pipeline"
@@ -310,7 +245,7 @@ class ScriptPipeline:
             self._flush()
 
     async def _slowly(
-        self, calls: list[_Call], failed: Exception | None, *, load_script: bool = False
+        self, calls: list[AppendCall], failed: Exception | None, *, load_script: bool = False
     ) -> None:
         """Send ``calls`` through redis-py's connection (``failed``: their first attempt's
         error; ``load_script``: load it first), then hand the connection to the fast path and
@@ -324,7 +259,9 @@ class ScriptPipeline:
         if self._pending:
             self._flush()
 
-    async def _send(self, calls: list[_Call], failed: Exception | None, load_script: bool) -> None:
+    async def _send(
+        self, calls: list[AppendCall], failed: Exception | None, load_script: bool
+    ) -> None:
         try:
             if load_script:
                 await self._redis.script_load(self._script.script)
@@ -337,15 +274,15 @@ class ScriptPipeline:
                     replies[i] = reply
         except asyncio.CancelledError:
             for c in calls:
-                _withdraw(c)
+                c.withdraw()
             raise
         except Exception as exc:
-            _fail(calls, exc)
+            fail(calls, exc)
             return
         for c, reply in zip(calls, replies, strict=True):
-            _answer(c, reply)
+            c.answer(reply)
 
-    async def _execute(self, calls: list[_Call], failed: Exception | None) -> list[Any]:
+    async def _execute(self, calls: list[AppendCall], failed: Exception | None) -> list[Any]:
         conn = await self._connection()
 
         async def attempt() -> list[Any]:
@@ -418,7 +355,7 @@ class ScriptPipeline:
         wire, self._wire = self._wire, None
         batch, self._batch = self._batch, None
         for c in [*(batch or ()), *self._pending]:
-            _withdraw(c)
+            c.withdraw()
         self._pending.clear()
         conn, self._conn = self._conn, None
         if conn is None:

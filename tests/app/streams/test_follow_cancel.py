@@ -17,7 +17,7 @@ import app.backends
 from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry
 from app.backends.redis import RedisBackend
 from app.streams.follow import Follow, follow_batches
-from tests.app.streams.test_push import innermost, read_waits
+from tests.app.streams.push_support import innermost, read_waits
 from tests.app.support.backend_contract import meta
 from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.support import eventually

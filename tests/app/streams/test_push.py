@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 from starlette.types import Message
 
-from app.backends import EMPTY_CURSOR, Backend, ConversationRef, LogEntry, LogItem, MemoryBackend
-from app.backends.redis import RedisBackend
+from app.backends import EMPTY_CURSOR, ConversationRef, LogEntry, LogItem, MemoryBackend
 from app.backends.redis.eventlog import Entry, EventLog
 from app.backends.redis.fanout import LogReader, SinkWait
 from app.backends.redis.keys import ConversationKeys
@@ -26,6 +25,7 @@ from app.gateway import Gateway
 from app.streams import follow as follow_module
 from app.streams import sse
 from app.streams.follow import Follow, follow_batches
+from tests.app.streams.push_support import follow_a_gated_run, parked_with_sink
 from tests.app.support.backend_contract import event, meta, run_events
 from tests.app.support.gateway_server import StartGateway, gateway_on, make_settings
 from tests.app.support.helpers import collect_sse, events_of, start_run, terminal
@@ -37,36 +37,6 @@ REF = ConversationRef("alice", "c1")
 
 def items(events: list[dict[str, Any]]) -> list[LogItem]:
     return [LogItem.of_event(e) for e in events]
-
-
-def innermost(backend: Backend) -> Backend:
-    """The backend under the gateway's wrappers (metrics, archive)."""
-    while hasattr(backend, "_inner"):
-        backend = backend._inner
-    return backend
-
-
-def memory_of(backend: Backend) -> MemoryBackend:
-    """The memory backend under the gateway's wrappers."""
-    inner = innermost(backend)
-    assert isinstance(inner, MemoryBackend)
-    return inner
-
-
-def read_waits(backend: Backend, ref: ConversationRef) -> dict[Any, Any]:
-    """The reads of ``ref`` waiting at the head, each with its sink or None (memory: on its
-    notifier; Redis: on its log reader)."""
-    backend = innermost(backend)
-    if isinstance(backend, RedisBackend):
-        reader = backend.hub.readers.get(backend.keys(ref).tag)
-        return {} if reader is None else reader._waiters
-    notifier = memory_of(backend)._notifiers.get(ref)
-    return {} if notifier is None else notifier.waiters
-
-
-def parked_with_sink(backend: Backend, ref: ConversationRef) -> bool:
-    """A read of ``ref`` waits with a sink."""
-    return any(s is not None for s in read_waits(backend, ref).values())
 
 
 # --- the memory backend's read sinks -------------------------------------------------------
@@ -313,56 +283,15 @@ async def _pusher_ready_after_the_first_frame(gateway: Gateway) -> None:
 # --- a real stream over uvicorn ------------------------------------------------------------
 
 
-REF_C1 = ConversationRef("anonymous", "c1")
-
-
 async def test_a_subscriber_at_the_head_gets_pushed_frames_exactly_once(
     start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The delta after each gate is pushed (memory: by the append; Redis: by the run writer's
-    feed of the instance's log reader), and every event arrives once, in order."""
+    feed of the instance's log reader), and every event arrives once, in order
+    (:func:`~tests.app.streams.push_support.follow_a_gated_run` asserts both)."""
     provider = ScriptedProvider()
     gw = await start_gateway(make_settings(), providers={"demo": provider})
-    pushes = 0
-    original = sse._Pusher.__call__
-
-    def counting(self: sse._Pusher, entries: list[LogEntry]) -> bool:
-        nonlocal pushes
-        done = original(self, entries)
-        pushes += done
-        return done
-
-    monkeypatch.setattr(sse._Pusher, "__call__", counting)
-    deltas_seen = 0
-
-    def until_terminal(frames: list[ServerSentEvent]) -> bool:
-        nonlocal deltas_seen
-        deltas_seen = sum(b'"message.delta"' in f.data.encode() for f in frames)
-        return terminal(frames)
-
-    async with gw.client() as client:
-        following = asyncio.Event()
-        reader = asyncio.create_task(
-            collect_sse(
-                client, "/v1/conversations/c1/events", stop=until_terminal, first_frame=following
-            )
-        )
-        await asyncio.wait_for(following.wait(), 10)
-        # Each gate holds the run until the subscriber has the delta before it and waits at
-        # the head: the one delta after the gate is appended alone (pushed, on memory).
-        await start_run(client, "c1", "text:1 gate:a text:1 gate:b text:1")
-        for count, gate in ((1, "a"), (2, "b")):
-            await eventually(lambda n=count: deltas_seen == n)  # type: ignore[misc]
-            await eventually(lambda: parked_with_sink(gw.gateway.backend, REF_C1))
-            provider.gates[gate].set()
-        frames = await asyncio.wait_for(reader, 10)
-    events = events_of(frames)
-    assert [e["sequence"] for e in events] == list(range(len(events)))
-    deltas = [e["payload"]["delta"] for e in events if e["type"] == "message.delta"]
-    assert deltas == ["w0 "] * 3
-    assert pushes >= 2
-    ids = [f.id for f in frames]
-    assert len(ids) == len(set(ids))
+    await follow_a_gated_run(gw, provider, monkeypatch)
 
 
 # --- Redis: the instance's log reader offers what its run writer feeds ---------------------
