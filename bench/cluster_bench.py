@@ -165,7 +165,8 @@ def judge(series: dict[str, Series], spreads: list[Spread]) -> Gate:
     empty = Series()
     cluster, standalone = series.get("cluster", empty), series.get("redis", empty)
     gate.at_least(
-        "cluster/standalone events/s", ratio(cluster.events_per_s, standalone.events_per_s),
+        "cluster/standalone events/s",
+        ratio(cluster.events_per_s, standalone.events_per_s),
         EVENTS_TARGET,
     )
     gate.at_most(
@@ -203,7 +204,12 @@ def main() -> int:
     with procs.fleet(VARIANTS) as fleet:
         series, spreads = uvloop.run(
             measure(
-                fleet, VARIANTS, args.chunks, args.rounds, args.conversations, args.deltas,
+                fleet,
+                VARIANTS,
+                args.chunks,
+                args.rounds,
+                args.conversations,
+                args.deltas,
                 args.rate,
             )
         )
@@ -238,16 +244,16 @@ def main() -> int:
         )
     )
     spread_rows: list[list[object]] = []
-    for number, s in enumerate(spreads, 1):
-        ports = sorted(s.master_cpu)
+    for number, one in enumerate(spreads, 1):
+        ports = sorted(one.master_cpu)
         spread_rows.append(
             [
                 number,
-                " / ".join(f"{s.master_cpu[p]:.2f}" for p in ports),
-                " / ".join(str(s.conversations[p]) for p in ports),
-                s.busiest_share,
-                s.p99_ms,
-                "yes" if s.complete else "NO",
+                " / ".join(f"{one.master_cpu[p]:.2f}" for p in ports),
+                " / ".join(str(one.conversations[p]) for p in ports),
+                one.busiest_share,
+                one.p99_ms,
+                "yes" if one.complete else "NO",
             ]
         )
     print(

@@ -16,8 +16,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -349,6 +349,10 @@ def persistent(url: str, within: float = 60.0) -> Iterator[None]:
         client.close()
 
 
+#: How long :func:`fleet` waits for a gateway to answer: longer than :func:`start_server`'s
+#: default, which a loaded shared machine has exceeded (a gateway and a cluster starting).
+READY_WITHIN = 120.0
+
 #: The gateways a side-by-side bench can start, by name: (``[gateway] backend``, the Redis it
 #: reads, more ``[gateway]`` settings). ``"standalone"`` is the private ``redis-server``;
 #: ``"cluster"`` a private Redis Cluster (``bench/harness/redis_cluster.py``: three masters,
@@ -404,7 +408,7 @@ def fleet(variants: tuple[str, ...], *, baseline: bool = False) -> Iterator[Flee
             backend, reads, settings = VARIANTS[name]
             url = cluster.url if reads == "cluster" and cluster is not None else redis.url
             config = gateway_config(upstream.url, backend=backend, redis_url=url, gateway=settings)
-            gateways[name] = start_server("gateway", config=config)
+            gateways[name] = start_server("gateway", config=config, timeout=READY_WITHIN)
             exits.callback(gateways[name].stop)
         if baseline:
             gateways["baseline"] = start_server("baseline", env={"BENCH_UPSTREAM": upstream.url})

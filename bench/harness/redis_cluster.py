@@ -46,7 +46,8 @@ class ClusterNode:
         """``"master"`` or ``"slave"``, as the node says now."""
         client = redis.Redis(port=self.port, socket_timeout=5)
         try:
-            return str(client.execute_command("ROLE")[0], "utf-8")
+            role: list[bytes] = client.role()
+            return role[0].decode()
         finally:
             client.close()
 
