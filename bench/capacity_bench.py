@@ -193,10 +193,15 @@ def capacity(steps: dict[int, list[Step]], budget_ms: float) -> int:
 
 def judge_ratio(gate: Gate, name: str, a: int, b: int, top: int, bound: float) -> None:
     """Judge capacity ``a`` / ``b`` >= ``bound``. A capacity that held the largest C tried
-    (``top``) is only a lower bound: as the divisor it leaves the ratio unknown (not measured);
-    as the dividend the ratio is a lower bound, which proves a pass but not a miss."""
+    (``top``) is only a lower bound: as the divisor it makes the ratio an upper bound, which
+    proves a miss (``a`` / ``top`` below the bound) but not a pass (not measured); as the
+    dividend the ratio is a lower bound, which proves a pass but not a miss."""
     if b == 0:
         gate.not_measured(name, "the divisor held no C tried: try smaller C")
+    elif b >= top and a < top and a / top < bound:
+        gate.holds(
+            name, False, f"<= {a / top:.2f} (target >= {bound:g}; the divisor held every C tried)"
+        )
     elif b >= top:
         gate.not_measured(name, f"the divisor held the largest C tried ({top}): try larger C")
     elif a >= top and a / b < bound:

@@ -62,6 +62,14 @@ def test_a_divisor_at_the_largest_c_tried_leaves_the_ratio_unmeasured() -> None:
     assert _gate(300, 0).verdict is Verdict.NOT_MEASURED
 
 
+def test_a_divisor_at_the_largest_c_tried_still_proves_a_miss() -> None:
+    # Memory held every C tried (40): the ratio is at most 5/40, below 0.5 whatever memory holds.
+    gate = _gate(5, 40, top=40)
+    assert gate.verdict is Verdict.FAIL
+    assert "<= 0.12" in gate.checks[0].detail
+    assert _gate(20, 40, top=40).verdict is Verdict.NOT_MEASURED  # at most 0.5: may pass
+
+
 def test_a_dividend_at_the_largest_c_tried_proves_a_pass_only() -> None:
     assert _gate(400, 300, top=400, bound=0.8).verdict is Verdict.PASS  # >= 1.33
     assert _gate(100, 300, top=100, bound=0.8).verdict is Verdict.NOT_MEASURED  # >= 0.33
