@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import redis
 from redis.cluster import RedisCluster as Client
 
@@ -27,6 +28,7 @@ def test_a_free_node_port_has_its_bus_port_free_too() -> None:
             sock.bind(("127.0.0.1", candidate))
 
 
+@pytest.mark.slow  # six redis-servers of its own
 def test_the_cluster_serves_every_slot_with_a_replica_per_master() -> None:
     with redis_cluster() as cluster:
         masters, replicas = cluster.masters(), cluster.replicas()
