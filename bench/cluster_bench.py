@@ -200,12 +200,18 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=100)
     parser.add_argument("--deltas", type=int, default=150)
     parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="the gateways (bench/harness/procs.py VARIANTS; redis-public: no fast path)",
+    )
     args = parser.parse_args()
-    with procs.fleet(VARIANTS) as fleet:
+    variants = tuple(v for v in args.variants.split(",") if v)
+    with procs.fleet(variants) as fleet:
         series, spreads = uvloop.run(
             measure(
                 fleet,
-                VARIANTS,
+                variants,
                 args.chunks,
                 args.rounds,
                 args.conversations,
@@ -214,8 +220,9 @@ def main() -> int:
             )
         )
     rows: list[list[object]] = []
-    base = series["redis"]
-    for name in VARIANTS:
+    empty = Series()
+    base = series.get("redis", empty)
+    for name in variants:
         s = series[name]
         rows.append(
             [
@@ -264,8 +271,8 @@ def main() -> int:
             spread_rows,
         )
     )
-    cluster = series["cluster"]
-    wait = series["cluster-wait"]
+    cluster = series.get("cluster", empty)
+    wait = series.get("cluster-wait", empty)
     gate = judge(series, spreads)
     print(
         f"SUMMARY cluster cluster/standalone events/s = "

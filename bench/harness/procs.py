@@ -356,10 +356,12 @@ READY_WITHIN = 120.0
 #: The gateways a side-by-side bench can start, by name: (``[gateway] backend``, the Redis it
 #: reads, more ``[gateway]`` settings). ``"standalone"`` is the private ``redis-server``;
 #: ``"cluster"`` a private Redis Cluster (``bench/harness/redis_cluster.py``: three masters,
-#: three replicas), seeded by its first node.
+#: three replicas), seeded by its first node. ``"redis-public"``: the standalone through every
+#: public path (no fast path, as the cluster client always is).
 VARIANTS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
     "memory": ("memory", None, {}),
     "redis": ("redis", "standalone", {}),
+    "redis-public": ("redis", "standalone", {"fast_paths": False}),
     "cluster": ("redis", "cluster", {"redis_cluster": True}),
     "cluster-wait": ("redis", "cluster", {"redis_cluster": True, "redis_wait_replicas": 1}),
 }

@@ -52,6 +52,7 @@ def test_a_redis_found_running_persists_for_the_bench_then_is_set_back() -> None
 def test_a_fleet_knows_which_redis_each_gateway_reads() -> None:
     assert procs.VARIANTS["memory"][1] is None
     assert procs.VARIANTS["redis"][1] == "standalone"
+    assert procs.VARIANTS["redis-public"][1:] == ("standalone", {"fast_paths": False})
     for name in ("cluster", "cluster-wait"):
         backend, reads, settings = procs.VARIANTS[name]
         assert (backend, reads, settings["redis_cluster"]) == ("redis", "cluster", True)
