@@ -263,14 +263,15 @@ def main() -> int:
                 "yes" if one.complete else "NO",
             ]
         )
-    print(
-        table(
-            f"Spread: {args.conversations} conversations streaming at once on the cluster "
-            f"({args.deltas} deltas at {args.rate:g}/s each)",
-            ["round", "master CPU s", "conversations", "busiest share", "p99 ms", "all delivered"],
-            spread_rows,
+    if spread_rows:
+        print(
+            table(
+                f"Spread: {args.conversations} conversations streaming at once on the cluster "
+                f"({args.deltas} deltas at {args.rate:g}/s each)",
+                ["round", "master CPU s", "conversations", "busiest share", "p99 ms", "delivered"],
+                spread_rows,
+            )
         )
-    )
     cluster = series.get("cluster", empty)
     wait = series.get("cluster-wait", empty)
     gate = judge(series, spreads)
