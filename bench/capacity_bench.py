@@ -1,15 +1,17 @@
 """Capacity: how many concurrent streaming answers one instance serves within 100 ms.
 
-For each C (``--cs``), on a memory-backend and a Redis-backend gateway (same mock upstream, a
-private ``redis-server``), in alternating rounds: C conversations each get one SSE subscriber,
-then C runs start at once, each streaming ``--deltas`` deltas at ``--rate`` deltas/s. Added
-delivery latency is the delta's emit time at the mock upstream to its read by the subscriber
-(p99 over every delivery). The figure is the largest C whose p99 (the median over
+For each C (``--cs``), on a memory-backend, a Redis-backend and a Redis Cluster gateway (same
+mock upstream; a private ``redis-server``, and a private cluster of three masters and three
+replicas, ``bench/harness/redis_cluster.py``), in alternating rounds: C conversations each get
+one SSE subscriber, then C runs start at once, each streaming ``--deltas`` deltas at ``--rate``
+deltas/s. Added delivery latency is the delta's emit time at the mock upstream to its read by
+the subscriber (p99 over every delivery). The figure is the largest C whose p99 (the median over
 ``--rounds``) stays <= ``--budget-ms`` and whose every subscriber got every delta. Targets:
-Redis C >= 0.5 x memory C, and memory C >= 0.8 x what the minimal normalizer
-(``bench/harness/baselines.py``, ``POST /normalize``: C streaming requests at once, the request
-itself is the subscriber) sustains in the same rounds. A capacity at the largest C tried is only
-a lower bound: a ratio it leaves open is not measured (the bench exits 3).
+Redis C >= 0.5 x memory C, Redis Cluster C >= 0.5 x memory C (issue 52), and memory C >= 0.8 x
+what the minimal normalizer (``bench/harness/baselines.py``, ``POST /normalize``: C streaming
+requests at once, the request itself is the subscriber) sustains in the same rounds. A capacity
+at the largest C tried is only a lower bound: a ratio it leaves open is not measured (the bench
+exits 3).
 
 With ``--timeline``, each gateway step also prints where its latency came from: per 200 ms
 of emit time (from the step's first emit), the deliveries, their p99 and the server's CPU (of
@@ -18,7 +20,7 @@ in the runs' start (~1 s, CPU at 100 %) and end (~0.4 s) bursts, and the steady 
 82-90 % of a core against 60-65 % on memory.
 
 Usage: ``.venv/bin/python bench/capacity_bench.py [--cs 25,50,100,200,400] [--rate 50]
-[--deltas 250] [--budget-ms 100] [--rounds 1] [--backends memory,redis] [--timeline]``
+[--deltas 250] [--budget-ms 100] [--rounds 1] [--backends memory,redis,cluster] [--timeline]``
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ from bench.harness.flows import baseline_body, gateway_run_body, new_key
 from bench.harness.gate import Gate, value_of
 from bench.harness.stats import percentile, table
 
-BACKENDS = ("memory", "redis")
+BACKENDS = ("memory", "redis", "cluster")
 CONTENDERS = (*BACKENDS, "normalizer")
 #: (dividend, divisor): the least capacity ratio.
-RATIO_TARGETS = {("redis", "memory"): 0.5, ("memory", "normalizer"): 0.8}
+RATIO_TARGETS = {
+    ("redis", "memory"): 0.5,
+    ("cluster", "memory"): 0.5,
+    ("memory", "normalizer"): 0.8,
+}
 
 
 @dataclass
@@ -187,10 +193,15 @@ def capacity(steps: dict[int, list[Step]], budget_ms: float) -> int:
 
 def judge_ratio(gate: Gate, name: str, a: int, b: int, top: int, bound: float) -> None:
     """Judge capacity ``a`` / ``b`` >= ``bound``. A capacity that held the largest C tried
-    (``top``) is only a lower bound: as the divisor it leaves the ratio unknown (not measured);
-    as the dividend the ratio is a lower bound, which proves a pass but not a miss."""
+    (``top``) is only a lower bound: as the divisor it makes the ratio an upper bound, which
+    proves a miss (``a`` / ``top`` below the bound) but not a pass (not measured); as the
+    dividend the ratio is a lower bound, which proves a pass but not a miss."""
     if b == 0:
         gate.not_measured(name, "the divisor held no C tried: try smaller C")
+    elif b >= top and a < top and a / top < bound:
+        gate.holds(
+            name, False, f"<= {a / top:.2f} (target >= {bound:g}; the divisor held every C tried)"
+        )
     elif b >= top:
         gate.not_measured(name, f"the divisor held the largest C tried ({top}): try larger C")
     elif a >= top and a / b < bound:
@@ -203,11 +214,11 @@ def judge(out: dict[str, dict[int, list[Step]]], cs: list[int], budget_ms: float
     """The targets on the capacities of ``out`` (medians over rounds per C)."""
     gate = Gate("capacity")
     top = max(cs)
-    caps = {name: capacity(out[name], budget_ms) for name in CONTENDERS}
+    caps = {name: capacity(out.get(name, {}), budget_ms) for name in CONTENDERS}
     for (a, b), bound in RATIO_TARGETS.items():
         name = f"{a}/{b} C"
-        if not out[a] or not out[b]:
-            gate.not_measured(name, f"{a if not out[a] else b} not measured")
+        if not out.get(a) or not out.get(b):
+            gate.not_measured(name, f"{a if not out.get(a) else b} not measured")
         else:
             judge_ratio(gate, name, caps[a], caps[b], top, bound)
     return gate
@@ -221,7 +232,9 @@ def main() -> int:
     parser.add_argument("--budget-ms", type=float, default=100.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
-        "--backends", default=",".join(BACKENDS), help="the gateways measured (memory,redis)"
+        "--backends",
+        default=",".join(BACKENDS),
+        help="the gateways measured (memory,redis,cluster)",
     )
     parser.add_argument(
         "--timeline", action="store_true", help="print each gateway step's latency over time"
@@ -247,13 +260,16 @@ def main() -> int:
     )
     mem = capacity(out["memory"], args.budget_ms)
     red = capacity(out["redis"], args.budget_ms)
+    clu = capacity(out["cluster"], args.budget_ms)
     norm = capacity(out["normalizer"], args.budget_ms)
     ratio = red / mem if mem else float("nan")
+    cluster_ratio = clu / mem if mem else float("nan")
     versus = mem / norm if norm else float("nan")
     gate = judge(out, cs, args.budget_ms)
     print(
         f"SUMMARY capacity p99 <= {args.budget_ms:g} ms: memory C = {mem}, redis C = {red}, "
-        f"normalizer C = {norm}; redis/memory = {ratio:.2f} (target >= 0.5), "
+        f"cluster C = {clu}, normalizer C = {norm}; redis/memory = {ratio:.2f} (target >= 0.5), "
+        f"cluster/memory = {cluster_ratio:.2f} (target >= 0.5), "
         f"memory/normalizer = {versus:.2f} (target >= 0.8) (C tried: {args.cs}) "
         f"{gate.verdict.value}"
     )

@@ -6,7 +6,8 @@ SSE subscribers at ``--delay`` ms), then prints the functions with the most samp
 time (leaf frames) and inclusive. The raw collapsed stacks are kept at ``--out``.
 
 Usage: ``.venv/bin/python bench/profile_gateway.py [--chunks 20000] [--runs 3]
-[--subscribers 0] [--burst 16] [--capacity 0] [--out /tmp/gateway.folded]``; the capacity
+[--subscribers 0] [--burst 16] [--capacity 0] [--backend memory|redis|cluster|cluster-wait]
+[--out /tmp/gateway.folded]``; the capacity
 load: ``--capacity 200 --chunks 150 --delay 20 --runs 1``
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import shutil
 import subprocess
 import sys
@@ -129,21 +129,14 @@ def main() -> None:
         help="C > 0: a capacity-bench step (C conversations, one subscriber each, --chunks "
         "deltas at one per --delay ms)",
     )
-    parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
+    parser.add_argument("--backend", choices=sorted(procs.VARIANTS), default="memory")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--out", default="/tmp/gateway.folded")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = Path(args.out)
-    with contextlib.ExitStack() as exits:
-        upstream = procs.start_server("upstream")
-        exits.callback(upstream.stop)
-        redis_url = None
-        if args.backend == "redis":
-            redis_url = exits.enter_context(procs.redis_server())
-        config = procs.gateway_config(upstream.url, backend=args.backend, redis_url=redis_url)
-        gateway = procs.start_server("gateway", config=config)
-        exits.callback(gateway.stop)
+    with procs.fleet((args.backend,)) as started:
+        gateway = started.gateways[args.backend]
         uvloop.run(gateway_run(gateway.port, 10))
         recorder = subprocess.Popen(
             [

@@ -68,6 +68,11 @@ BENCHES: dict[str, Bench] = {
         ["--rounds", "3"],
         ["--rounds", "1", "--conversations", "200", "--chunks", "5000"],
     ),
+    "cluster": Bench(
+        HERE / "cluster_bench.py",
+        ["--rounds", "5"],
+        ["--rounds", "3", "--chunks", "3000", "--conversations", "100", "--deltas", "50"],
+    ),
     "soak": Bench(
         HERE / "soak.py",
         ["--duration", "120", "--redis-restarts", "1"],

@@ -16,15 +16,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis
 
+if TYPE_CHECKING:
+    from bench.harness.redis_cluster import RedisCluster
+
 __all__ = [
     "ROOT",
+    "VARIANTS",
+    "Fleet",
     "Server",
+    "die_with_parent",
+    "fleet",
     "free_port",
     "gateway_config",
     "persistent",
@@ -40,7 +48,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Child side of ``Popen``: get SIGTERM when the bench process dies, never outlive it."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -130,7 +138,7 @@ def start_process(
     """Start ``args`` (a server that will listen on ``port``) and wait until ``health`` answers."""
     kind = name
     full_env = {**os.environ, **(env or {})}
-    process = subprocess.Popen(args, env=full_env, cwd=str(cwd), preexec_fn=_die_with_parent)
+    process = subprocess.Popen(args, env=full_env, cwd=str(cwd), preexec_fn=die_with_parent)
     server = Server(kind, process, port)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -297,7 +305,7 @@ def redis_process(*extra: str, persistence: bool = True) -> Iterator[RedisProces
             *extra,
         ],
         stdout=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     try:
         deadline = time.monotonic() + 10
@@ -341,24 +349,80 @@ def persistent(url: str, within: float = 60.0) -> Iterator[None]:
         client.close()
 
 
+#: How long :func:`fleet` waits for a gateway to answer: longer than :func:`start_server`'s
+#: default, which a loaded shared machine has exceeded (a gateway and a cluster starting).
+READY_WITHIN = 120.0
+
+#: The gateways a side-by-side bench can start, by name: (``[gateway] backend``, the Redis it
+#: reads, more ``[gateway]`` settings). ``"standalone"`` is the private ``redis-server``;
+#: ``"cluster"`` a private Redis Cluster (``bench/harness/redis_cluster.py``: three masters,
+#: three replicas), seeded by its first node. ``"redis-public"``: the standalone through every
+#: public path (no fast path, as the cluster client always is).
+VARIANTS: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+    "memory": ("memory", None, {}),
+    "redis": ("redis", "standalone", {}),
+    "redis-public": ("redis", "standalone", {"fast_paths": False}),
+    "cluster": ("redis", "cluster", {"redis_cluster": True}),
+    "cluster-wait": ("redis", "cluster", {"redis_cluster": True, "redis_wait_replicas": 1}),
+}
+
+
+@dataclass
+class Fleet:
+    """What :func:`fleet` started: the Redis servers (``cluster`` only when a variant reads
+    it) and one gateway per variant."""
+
+    redis: RedisProcess
+    cluster: RedisCluster | None
+    gateways: dict[str, Server]
+
+    def redis_cpu_seconds(self, variant: str) -> float:
+        """CPU time so far of every Redis process the gateway ``variant`` reads (the cluster:
+        masters and replicas); 0 for the memory backend."""
+        reads = VARIANTS[variant][1]
+        if reads == "standalone":
+            return self.redis.cpu_seconds()
+        if reads == "cluster" and self.cluster is not None:
+            return self.cluster.cpu_seconds()
+        return 0.0
+
+
 @contextlib.contextmanager
-def gateways_per_backend(
-    backends: tuple[str, ...], *, baseline: bool = False
-) -> Iterator[tuple[RedisProcess, dict[str, Server]]]:
-    """The mock upstream, a private ``redis-server`` and one gateway per backend in
-    ``backends`` (all reading that upstream), stopped on exit: the set-up of a side-by-side
-    memory vs Redis bench. With ``baseline``, the baselines' server (same upstream) is in the
-    dict too, under ``"baseline"``."""
+def fleet(variants: tuple[str, ...], *, baseline: bool = False) -> Iterator[Fleet]:
+    """The mock upstream, a private ``redis-server`` (and a private Redis Cluster when a
+    variant reads one) and one gateway per variant of :data:`VARIANTS` (all reading that
+    upstream), stopped on exit. With ``baseline``, the baselines' server (same upstream) is in
+    the gateways too, under ``"baseline"``."""
+    from bench.harness.redis_cluster import redis_cluster
+
+    unknown = [name for name in variants if name not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown gateway variants {unknown}; known: {sorted(VARIANTS)}")
     with contextlib.ExitStack() as exits:
         upstream = start_server("upstream")
         exits.callback(upstream.stop)
         redis = exits.enter_context(redis_process())
+        cluster = None
+        if any(VARIANTS[name][1] == "cluster" for name in variants):
+            cluster = exits.enter_context(redis_cluster())
         gateways: dict[str, Server] = {}
-        for name in backends:
-            config = gateway_config(upstream.url, backend=name, redis_url=redis.url)
-            gateways[name] = start_server("gateway", config=config)
+        for name in variants:
+            backend, reads, settings = VARIANTS[name]
+            url = cluster.url if reads == "cluster" and cluster is not None else redis.url
+            config = gateway_config(upstream.url, backend=backend, redis_url=url, gateway=settings)
+            gateways[name] = start_server("gateway", config=config, timeout=READY_WITHIN)
             exits.callback(gateways[name].stop)
         if baseline:
             gateways["baseline"] = start_server("baseline", env={"BENCH_UPSTREAM": upstream.url})
             exits.callback(gateways["baseline"].stop)
-        yield redis, gateways
+        yield Fleet(redis, cluster, gateways)
+
+
+@contextlib.contextmanager
+def gateways_per_backend(
+    backends: tuple[str, ...], *, baseline: bool = False
+) -> Iterator[tuple[RedisProcess, dict[str, Server]]]:
+    """:func:`fleet` as a side-by-side memory vs Redis bench takes it: the private
+    ``redis-server`` and the gateways by name (``backends``: names of :data:`VARIANTS`)."""
+    with fleet(backends, baseline=baseline) as started:
+        yield started.redis, started.gateways

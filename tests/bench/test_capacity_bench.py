@@ -1,5 +1,6 @@
 """The capacity bench: its timeline (deliveries, p99 and server CPU per 200 ms of emit time),
-its capacity (the median p99 over rounds) and the gate on the capacity ratios."""
+its capacity (the median p99 over rounds) and the gate on the capacity ratios (Redis, Redis Cluster
+and memory against memory or the normalizer)."""
 
 from __future__ import annotations
 
@@ -61,19 +62,46 @@ def test_a_divisor_at_the_largest_c_tried_leaves_the_ratio_unmeasured() -> None:
     assert _gate(300, 0).verdict is Verdict.NOT_MEASURED
 
 
+def test_a_divisor_at_the_largest_c_tried_still_proves_a_miss() -> None:
+    # Memory held every C tried (40): the ratio is at most 5/40, below 0.5 whatever memory holds.
+    gate = _gate(5, 40, top=40)
+    assert gate.verdict is Verdict.FAIL
+    assert "<= 0.12" in gate.checks[0].detail
+    assert _gate(20, 40, top=40).verdict is Verdict.NOT_MEASURED  # at most 0.5: may pass
+
+
 def test_a_dividend_at_the_largest_c_tried_proves_a_pass_only() -> None:
     assert _gate(400, 300, top=400, bound=0.8).verdict is Verdict.PASS  # >= 1.33
     assert _gate(100, 300, top=100, bound=0.8).verdict is Verdict.NOT_MEASURED  # >= 0.33
 
 
-def test_the_gate_judges_both_ratios() -> None:
+def test_the_gate_judges_every_ratio() -> None:
     out = {
         "memory": _steps((100, [50.0]), (200, [60.0]), (300, [150.0])),
         "redis": _steps((100, [80.0]), (200, [120.0]), (300, [300.0])),
+        "cluster": _steps((100, [90.0]), (200, [130.0]), (300, [300.0])),
         "normalizer": _steps((100, [50.0]), (200, [150.0]), (300, [200.0])),
     }
     gate = judge(out, [100, 200, 300], 100.0)
     verdicts = {check.name: check.verdict for check in gate.checks}
-    assert verdicts == {"redis/memory C": Verdict.PASS, "memory/normalizer C": Verdict.PASS}
+    assert verdicts == {
+        "redis/memory C": Verdict.PASS,
+        "cluster/memory C": Verdict.PASS,
+        "memory/normalizer C": Verdict.PASS,
+    }
     out["redis"] = {}
     assert judge(out, [100, 200, 300], 100.0).exit_code == EXIT_NOT_MEASURED
+
+
+def test_a_cluster_below_half_of_memory_fails() -> None:
+    out = {
+        "memory": _steps((100, [50.0]), (200, [60.0]), (300, [150.0])),
+        "redis": _steps((100, [80.0]), (200, [120.0]), (300, [300.0])),
+        "cluster": _steps((100, [150.0]), (200, [300.0]), (300, [300.0])),
+        "normalizer": _steps((100, [50.0]), (200, [150.0]), (300, [200.0])),
+    }
+    verdicts = {c.name: c.verdict for c in judge(out, [100, 200, 300], 100.0).checks}
+    assert verdicts["cluster/memory C"] is Verdict.FAIL
+    del out["cluster"]  # a run without the cluster (--backends memory,redis) did not measure it
+    verdicts = {c.name: c.verdict for c in judge(out, [100, 200, 300], 100.0).checks}
+    assert verdicts["cluster/memory C"] is Verdict.NOT_MEASURED

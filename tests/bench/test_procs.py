@@ -3,6 +3,7 @@ fsynced every second."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from bench.harness import procs
@@ -46,3 +47,22 @@ def test_a_redis_found_running_persists_for_the_bench_then_is_set_back() -> None
             finally:
                 client.close()
         assert _persistence(server.url) == ("no", "always")
+
+
+def test_a_fleet_knows_which_redis_each_gateway_reads() -> None:
+    assert procs.VARIANTS["memory"][1] is None
+    assert procs.VARIANTS["redis"][1] == "standalone"
+    assert procs.VARIANTS["redis-public"][1:] == ("standalone", {"fast_paths": False})
+    for name in ("cluster", "cluster-wait"):
+        backend, reads, settings = procs.VARIANTS[name]
+        assert (backend, reads, settings["redis_cluster"]) == ("redis", "cluster", True)
+    assert procs.VARIANTS["cluster-wait"][2]["redis_wait_replicas"] == 1
+    with procs.redis_process(persistence=False) as server:
+        fleet = procs.Fleet(server, None, {})
+        assert fleet.redis_cpu_seconds("memory") == 0.0
+        assert fleet.redis_cpu_seconds("redis") > 0.0
+
+
+def test_an_unknown_variant_starts_nothing() -> None:
+    with pytest.raises(ValueError, match="unknown gateway variants"), procs.fleet(("mongo",)):
+        pass

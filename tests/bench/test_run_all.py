@@ -88,6 +88,7 @@ def test_every_bench_with_a_target_is_run() -> None:
         "mcp_abort_bench.py",
         "capacity_bench.py",
         "archive_bench.py",
+        "cluster_bench.py",
         "soak.py",
     ):
         assert name in scripts, name
