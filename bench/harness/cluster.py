@@ -159,7 +159,9 @@ class Instance:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self, within: float = 60.0) -> None:
+    async def start(self, within: float = 180.0) -> None:
+        """Start the process and wait for ``/readyz`` (a loaded pair of cores took more than
+        60 s to start one next to a soak)."""
         args = [
             str(AGENT_GATEWAY), "serve",
             "--config", self.config,
