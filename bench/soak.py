@@ -1,4 +1,5 @@
-"""A soak: two gateway instances on one Redis, C conversations, kill -9s and Redis restarts.
+"""A soak: two gateway instances on one Redis (or a Redis Cluster), C conversations, kill -9s
+and Redis restarts (or master kills).
 
 Two real ``agent-gateway serve`` processes share one ``redis-server`` (``--appendonly yes
 --appendfsync always``: a ``kill -9`` of Redis loses nothing it acknowledged) and one key
@@ -15,6 +16,19 @@ is the bench's mock (OpenAI chat). Meanwhile:
   ``--redis-restarts`` times Redis is stopped (SIGTERM, then ``kill -9``), kept down 2 s and
   restarted on the same port and directory.
 
+With ``--redis-cluster`` the Redis is a Redis Cluster of the soak's own (three masters, three
+replicas, ``cluster-node-timeout`` 2 s; :mod:`bench.harness.redis_failover`), the gateways run
+with ``[gateway] redis_cluster = true`` (every node a seed) and ``redis_wait_replicas =
+--wait-replicas``, and ``--master-kills`` times a master is killed (SIGKILL) instead of a Redis
+restart: its replica is promoted, the killed node restarted and resynced as a replica before
+the soak goes on. At the end each conversation's log is read back from the cluster and set
+against what its client received: the events lost (received, or followed by a later sequence of
+their run, and gone from the log) and repeated, with the master kill before each. Replication is
+asynchronous: with ``--wait-replicas 0`` a failover may lose the newest events of its shard, and
+the soak reports them (and the resume snapshots and client-side gaps they cause) without failing;
+with ``--wait-replicas 1`` any loss or repeat fails it. Every accepted run ending with exactly
+one terminal is checked either way.
+
 At the end, per conversation, from what its client received and ``GET …/state``: every 202 ended
 with exactly one terminal event (``gateway_instance_lost`` counted apart) and is terminal in the
 state; per-run sequences are contiguous and never repeated; completed runs carried every delta;
@@ -23,6 +37,7 @@ each offending conversation/run with its evidence.
 
     nice .venv/bin/python bench/soak.py [--duration 600] [--conversations 40] [--kill-every 60]
         [--redis-restarts 2] [--seed 1]
+    nice .venv/bin/python bench/soak.py --redis-cluster [--master-kills 3] [--wait-replicas 1] …
 """
 
 from __future__ import annotations
@@ -49,19 +64,40 @@ import httpx
 import orjson
 import uvloop
 from httpx_sse import aconnect_sse
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisError, ResponseError
 
+from app.backends.redis.keys import ConversationKeys
 from bench.harness.cluster import Instance, RestartableRedis, Window, Windows
 from bench.harness.mock_upstream import prompt
 from bench.harness.procs import ROOT, gateway_config, start_server
+from bench.harness.redis_failover import FailoverCluster
 from bench.harness.soak_checks import (
     Accepted,
     Conversation,
     Finding,
+    LogAudit,
+    Logged,
+    audit_log,
     check,
     terminal_kind,
 )
 from bench.harness.stats import median, table
 
+#: The principal of the soak's requests (no auth configured): its conversations' keys.
+ANONYMOUS = "anonymous"
+#: ``event_log_max_len`` of a cluster soak: no log is trimmed, the end reads each back whole.
+AUDIT_LOG_MAX_LEN = 10_000_000
+#: What a client sees of events a failover lost: reported on a cluster without
+#: ``redis_wait_replicas`` rather than failed.
+LOSS_CATEGORIES = frozenset(
+    {
+        "sequence gap",
+        "sequence repeated",
+        "completed run short",
+        "resume answered with a snapshot",
+    }
+)
 #: Redis stays down this long at each restart (clients retry meanwhile).
 REDIS_DOWN_SECONDS = 2.0
 #: A POST is retried (same Idempotency-Key) for this long before it counts as unanswered.
@@ -83,6 +119,13 @@ class Options:
     #: (reported) and goes on with a new conversation key.
     run_timeout: float = 60.0
     quiet: bool = False
+    #: A Redis Cluster of the soak's own, with master kills instead of Redis restarts.
+    redis_cluster: bool = False
+    master_kills: int = 3
+    #: ``[gateway] redis_wait_replicas`` (cluster only).
+    wait_replicas: int = 0
+    #: Keep the gateway and Redis logs also when the soak passes.
+    keep_logs: bool = False
 
 
 @dataclass
@@ -136,6 +179,13 @@ class Soak:
         self.rng = random.Random(opts.seed)
         self.windows = Windows(grace=2 * opts.lease_ttl + 1.0)
         self.redis = RestartableRedis(directory)
+        self.nodes = FailoverCluster(directory) if opts.redis_cluster else None
+        #: Per conversation key: what its final log lost or holds twice (a cluster soak).
+        self.audits: dict[str, LogAudit] = {}
+        self.audit_errors: list[str] = []
+        #: The client-side findings a failover's loss explains (a cluster soak without
+        #: ``redis_wait_replicas``): reported, not failed.
+        self.told: list[Finding] = []
         self.directory = directory
         self.upstream = upstream
         self.instances: list[Instance] = []
@@ -149,47 +199,80 @@ class Soak:
     # --- processes ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.redis.start()
+        gateway: dict[str, Any] = {
+            "lease_ttl_seconds": self.opts.lease_ttl,
+            "heartbeat_seconds": 2,
+            "shutdown_grace_seconds": 1,
+        }
+        if self.nodes is not None:
+            await self.nodes.start()
+            redis_url = self.nodes.url
+            gateway |= {
+                "redis_cluster": True,
+                "redis_cluster_nodes": self.nodes.addresses,
+                "redis_wait_replicas": self.opts.wait_replicas,
+                # Every event stays in the log: the end reads it back whole.
+                "event_log_max_len": AUDIT_LOG_MAX_LEN,
+            }
+        else:
+            await self.redis.start()
+            redis_url = self.redis.url
         config = gateway_config(
-            self.upstream,
-            backend="redis",
-            redis_url=self.redis.url,
-            gateway={
-                "lease_ttl_seconds": self.opts.lease_ttl,
-                "heartbeat_seconds": 2,
-                "shutdown_grace_seconds": 1,
-            },
+            self.upstream, backend="redis", redis_url=redis_url, gateway=gateway
         )
         self.instances = [Instance(name, config, self.directory) for name in ("A", "B")]
         await asyncio.gather(*(instance.start() for instance in self.instances))
 
     async def stop(self) -> None:
         await asyncio.gather(*(instance.stop() for instance in self.instances))
-        await self.redis.stop()
+        if self.nodes is not None:
+            await self.nodes.stop()
+        else:
+            await self.redis.stop()
+
+    @property
+    def redis_action(self) -> str:
+        return "master" if self.nodes is not None else "redis"
 
     def plan(self) -> list[tuple[float, str]]:
-        """(seconds after the start, "kill" | "redis") — Redis restarts halfway between kills."""
+        """(seconds after the start, "kill" | "redis" | "master") — Redis restarts (master kills
+        on a cluster) halfway between kills."""
         duration, every = self.opts.duration, self.opts.kill_every
         steps: list[tuple[float, str]] = []
         k = 1
         while k * every < duration - 5:
             steps.append((k * every, "kill"))
             k += 1
-        for j in range(self.opts.redis_restarts):
-            target = (j + 1) * duration / (self.opts.redis_restarts + 1)
+        disruptions = self.opts.master_kills if self.nodes is not None else self.opts.redis_restarts
+        for j in range(disruptions):
+            target = (j + 1) * duration / (disruptions + 1)
             half = round(target / every - 0.5) + 0.5
-            steps.append((max(0.5, half) * every, "redis"))
+            steps.append((max(0.5, half) * every, self.redis_action))
         return sorted(s for s in steps if s[0] < duration - 5)
 
     async def chaos(self) -> None:
         redis_count = 0
         for offset, action in self.plan():
             await asyncio.sleep(max(0.0, self.t0 + offset - time.monotonic()))
+            if time.monotonic() > self.deadline - 5:
+                # Late (a restart before it took long): the load is over, skip the rest.
+                self.log(f"{action} planned at {offset:g}s skipped: too close to the end")
+                continue
             if action == "kill":
                 instance = self.rng.choice(self.instances)
                 window = self.windows.open(f"kill -9 {instance.name}")
                 await instance.kill()
                 await instance.start()
+            elif action == "master":
+                assert self.nodes is not None
+                victim = await self.nodes.pick_master(self.rng)
+                window = self.windows.open(f"master :{victim.port} SIGKILL")
+                done = await self.nodes.fail_over(victim)
+                self.log(
+                    f"master :{done.port} ({done.slots}) killed: :{done.promoted} promoted after "
+                    f"{done.promoted_after:.1f}s, :{done.port} back as its replica after "
+                    f"{done.rejoined_after:.1f}s"
+                )
             else:
                 sig = signal.SIGTERM if redis_count % 2 == 0 else signal.SIGKILL
                 redis_count += 1
@@ -444,7 +527,8 @@ class Soak:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + self.opts.duration
         self.log(
-            f"A {self.instances[0].url}, B {self.instances[1].url}, redis {self.redis.url}, "
+            f"A {self.instances[0].url}, B {self.instances[1].url}, "
+            f"redis {self.nodes.url if self.nodes is not None else self.redis.url}, "
             f"logs in {self.directory}"
         )
         limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
@@ -463,11 +547,56 @@ class Soak:
             for follower in self.followers:
                 follower.cancel()
             await asyncio.gather(*self.followers, return_exceptions=True)
+        if self.nodes is not None:
+            await self.read_logs(self.nodes)
+
+    async def read_logs(self, nodes: FailoverCluster) -> None:
+        """Each conversation's whole log, from the cluster, against what its client received."""
+        client = RedisCluster(
+            startup_nodes=[ClusterNode(*a.split(":")) for a in nodes.addresses],
+            socket_timeout=30,
+        )
+        try:
+            for conv in self.conversations:
+                if not conv.accepted and not conv.received:
+                    continue
+                log_key = ConversationKeys.for_conversation(ANONYMOUS, conv.key).log
+                try:
+                    logged = await read_log(client, log_key)
+                except (RedisError, ValueError) as exc:
+                    self.audit_errors.append(f"{conv.key}: {exc!r}")
+                    continue
+                if logged is None:
+                    self.audit_errors.append(f"{conv.key}: its log was trimmed")
+                    continue
+                self.audits[conv.key] = audit_log(conv, logged)
+        finally:
+            await client.aclose()
 
     # --- the report ---------------------------------------------------------------------
 
+    @property
+    def losses_fail(self) -> bool:
+        """Whether an event lost or repeated fails the soak: not on a cluster without
+        ``redis_wait_replicas`` (asynchronous replication may lose a failover's last writes:
+        reported, see :meth:`loss_report`)."""
+        return self.nodes is None or self.opts.wait_replicas > 0
+
     def findings(self) -> list[Finding]:
         found = [f for conv in self.conversations for f in check(conv, self.t0, self.killed)]
+        if not self.losses_fail:
+            self.told = [f for f in found if f.category in LOSS_CATEGORIES]
+            found = [f for f in found if f.category not in LOSS_CATEGORIES]
+        else:
+            for key, audit in self.audits.items():
+                for run_id, sequence, at in audit.lost:
+                    when = "never received" if at is None else f"received at t={at - self.t0:.1f}s"
+                    what = f"#{sequence} {when}"
+                    found.append(Finding("event lost (gone from the log)", key, run_id, what))
+                for run_id, sequence, at in audit.repeated:
+                    when = "in the log" if at is None else f"received at t={at - self.t0:.1f}s"
+                    found.append(Finding("event repeated", key, run_id, f"#{sequence} {when}"))
+        found += [Finding("log not audited", "-", "-", error) for error in self.audit_errors]
         errors = self.log_errors()
         for finding in found:
             for line in errors.get(finding.run_id, [])[:2]:
@@ -507,6 +636,53 @@ class Soak:
             ["conversation", "run", "kind", "202 from", "at s", "after"],
             [row for _, row in sorted(rows, key=lambda item: item[0])],
         )
+
+    def loss_report(self) -> tuple[str, int, int]:
+        """The events the cluster's final logs lost or hold twice, by the disruption before
+        each (for an event no client received: before its run's first event), and the
+        client-side findings they explain; with the totals (lost, repeated)."""
+        by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        runs: dict[str, set[str]] = defaultdict(set)
+        lost = repeated = 0
+        for conv in self.conversations:
+            audit = self.audits.get(conv.key)
+            if audit is None:
+                continue
+            for column, items in ((0, audit.lost), (1, audit.repeated)):
+                for run_id, _, at in items:
+                    if at is None:
+                        seen = conv.runs.get(run_id)
+                        at = seen.first_at if seen is not None else self.ended_at
+                    window = self.windows.last_before(at)
+                    label = "before any disruption" if window is None else window.label
+                    by[label][column] += 1
+                    runs[label].add(run_id)
+                    lost += column == 0
+                    repeated += column == 1
+        rows = [
+            [label, counts[0], counts[1], len(runs[label])]
+            for label, counts in sorted(
+                by.items(),
+                key=lambda item: next(
+                    (w.start for w in self.windows.items if w.label == item[0]), 0.0
+                ),
+            )
+        ]
+        out = [
+            table(
+                f"Events lost or repeated (the final logs of {len(self.audits)} conversations "
+                "against what their clients received), by the disruption before them",
+                ["after", "lost", "repeated", "runs"],
+                rows or [["-", 0, 0, 0]],
+            )
+        ]
+        if self.told:
+            told: Counter[str] = Counter(f.category for f in self.told)
+            lines = ["What clients saw of them (reported, not failed: no redis_wait_replicas)"]
+            lines += [f"  {category}: {count}" for category, count in sorted(told.items())]
+            lines += [f"    {f.conversation} {f.run_id}: {f.evidence}" for f in self.told[:8]]
+            out.append("\n".join(lines))
+        return "\n\n".join(out), lost, repeated
 
     def killed(self, instance: str, since: float) -> bool:
         label = f"kill -9 {instance}"
@@ -613,6 +789,21 @@ class Soak:
         out.append(table("Totals", ["", "value"], rows))
         out.append(table("Terminal events received", ["kind", "count"], sorted(kinds.items())))
         out.append(self.ended_badly())
+        lost_events = repeated_events = 0
+        if self.nodes is not None:
+            report, lost_events, repeated_events = self.loss_report()
+            out.append(report)
+            failovers = [
+                [f":{f.port}", f.slots, f":{f.promoted}", f.promoted_after, f.rejoined_after]
+                for f in self.nodes.failovers
+            ]
+            out.append(
+                table(
+                    "Master kills",
+                    ["master", "slots", "promoted", "promoted after s", "rejoined after s"],
+                    failovers,
+                )
+            )
         by_category: dict[str, list[Finding]] = defaultdict(list)
         for finding in findings:
             by_category[finding.category].append(finding)
@@ -629,10 +820,22 @@ class Soak:
         outside = in_5xx.get("outside", 0)
         passed = not findings
         categories = ", ".join(f"{k}: {len(v)}" for k, v in sorted(by_category.items()))
+
+        def count(prefix: str) -> int:
+            return sum(1 for w in self.windows.items if w.label.startswith(prefix))
+
+        if self.nodes is not None:
+            disruptions = (
+                f"redis_cluster wait_replicas={self.opts.wait_replicas} "
+                f"master_kills={count('master')} "
+                f"lost_events={lost_events} repeated_events={repeated_events} "
+                f"told={len(self.told)} "
+            )
+        else:
+            disruptions = f"redis_restarts={count('redis')} "
         summary = (
             f"SUMMARY soak {self.opts.duration:g}s C={self.opts.conversations} "
-            f"kills={sum(1 for w in self.windows.items if w.label.startswith('kill'))} "
-            f"redis_restarts={sum(1 for w in self.windows.items if w.label.startswith('redis'))} "
+            f"kills={count('kill')} {disruptions}"
             f"runs={len(accepted)} events={events} completed={kinds.get('completed', 0)} "
             f"cancelled={kinds.get('cancelled', 0)} failed={failed} instance_lost={lost} "
             f"5xx_in_windows={sum(in_5xx.values()) - outside} 5xx_outside={outside} "
@@ -640,6 +843,32 @@ class Soak:
             f"{'PASS' if passed else 'FAIL'}"
         )
         return Result(passed, findings, summary, "\n\n".join(out))
+
+
+async def read_log(client: RedisCluster, key: str) -> list[Logged] | None:
+    """(event id, run id, sequence) of every event in the log ``key``; None when it was
+    trimmed (the audit needs it whole)."""
+    logged: list[Logged] = []
+    after = "-"
+    added = 0
+    with contextlib.suppress(ResponseError):  # no such key: nothing logged
+        info = await client.xinfo_stream(key)
+        added = int(info.get("entries-added", info.get("length", 0)))
+    read = 0
+    while True:
+        entries: Any = await client.xrange(key, min=after, max="+", count=5000)
+        read += len(entries)
+        for entry_id, fields in entries:
+            after = "(" + entry_id.decode()
+            if fields.get(b"k", b"e") != b"e":
+                continue
+            event = orjson.loads(fields[b"d"])
+            logged.append(
+                (str(event.get("eventId")), str(event.get("runId")), int(event.get("sequence", -1)))
+            )
+        if len(entries) < 5000:
+            break
+    return None if added > read else logged
 
 
 def run_soak(opts: Options) -> Result:
@@ -660,7 +889,8 @@ def run_soak(opts: Options) -> Result:
     finally:
         upstream.stop()
     shutil.rmtree(directory / "appendonlydir", ignore_errors=True)
-    if result.passed:
+    shutil.rmtree(directory / "redis-cluster", ignore_errors=True)
+    if result.passed and not opts.keep_logs:
         shutil.rmtree(directory, ignore_errors=True)
     else:
         result.report += f"\n\nGateway and Redis logs: {directory}"
@@ -675,7 +905,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-restarts", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lease-ttl", type=float, default=3.0, help="seconds")
+    parser.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="a Redis Cluster of the soak's own (3 masters, 3 replicas), master kills instead "
+        "of Redis restarts",
+    )
+    parser.add_argument("--master-kills", type=int, default=3, help="with --redis-cluster")
+    parser.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=0,
+        help="[gateway] redis_wait_replicas, with --redis-cluster (1: any event lost fails)",
+    )
+    parser.add_argument("--keep-logs", action="store_true", help="also when it passes")
     args = parser.parse_args(argv)
+    if args.wait_replicas and not args.redis_cluster:
+        parser.error("--wait-replicas needs --redis-cluster")
     opts = Options(
         duration=args.duration,
         conversations=args.conversations,
@@ -683,6 +929,10 @@ def main(argv: list[str] | None = None) -> int:
         redis_restarts=args.redis_restarts,
         seed=args.seed,
         lease_ttl=args.lease_ttl,
+        redis_cluster=args.redis_cluster,
+        master_kills=args.master_kills,
+        wait_replicas=args.wait_replicas,
+        keep_logs=args.keep_logs,
     )
     result = run_soak(opts)
     print(result.report)

@@ -23,7 +23,7 @@ import httpx
 
 from bench.harness.procs import ROOT, free_port
 
-__all__ = ["Instance", "RestartableRedis", "Window", "Windows"]
+__all__ = ["Instance", "RestartableRedis", "Window", "Windows", "kill_process", "spawn"]
 
 AGENT_GATEWAY = Path(sys.executable).parent / "agent-gateway"
 _PR_SET_PDEATHSIG = 1
@@ -73,7 +73,8 @@ class Windows:
         return earlier[-1] if earlier else None
 
 
-async def _spawn(args: list[str], log: Path) -> asyncio.subprocess.Process:
+async def spawn(args: list[str], log: Path) -> asyncio.subprocess.Process:
+    """Start ``args`` (output appended to ``log``); it gets SIGKILL when the soak dies."""
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
             *args,
@@ -84,7 +85,8 @@ async def _spawn(args: list[str], log: Path) -> asyncio.subprocess.Process:
         )
 
 
-async def _kill(process: asyncio.subprocess.Process | None, sig: int) -> None:
+async def kill_process(process: asyncio.subprocess.Process | None, sig: int) -> None:
+    """Send ``sig`` and wait for the exit (SIGKILL after 20 s); nothing if it is not running."""
     if process is None or process.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -118,7 +120,7 @@ class RestartableRedis:
             "--appendonly", "yes",
             "--appendfsync", "always",
         ]  # fmt: skip
-        self.process = await _spawn(args, self.directory / "redis.log")
+        self.process = await spawn(args, self.directory / "redis.log")
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.returncode is not None:
@@ -138,7 +140,7 @@ class RestartableRedis:
             return False
 
     async def stop(self, sig: int = signal.SIGTERM) -> None:
-        await _kill(self.process, sig)
+        await kill_process(self.process, sig)
 
 
 class Instance:
@@ -157,14 +159,16 @@ class Instance:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self, within: float = 60.0) -> None:
+    async def start(self, within: float = 180.0) -> None:
+        """Start the process and wait for ``/readyz`` (a loaded pair of cores took more than
+        60 s to start one next to a soak)."""
         args = [
             str(AGENT_GATEWAY), "serve",
             "--config", self.config,
             "--port", str(self.port),
             "--log-level", "warning",
         ]  # fmt: skip
-        self.process = await _spawn(args, self.log)
+        self.process = await spawn(args, self.log)
         self.starts += 1
         deadline = time.monotonic() + within
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as client:
@@ -181,11 +185,11 @@ class Instance:
     async def kill(self) -> None:
         """``kill -9``: no drain, no lease release."""
         self.up = False
-        await _kill(self.process, signal.SIGKILL)
+        await kill_process(self.process, signal.SIGKILL)
 
     async def stop(self) -> None:
         self.up = False
-        await _kill(self.process, signal.SIGTERM)
+        await kill_process(self.process, signal.SIGTERM)
 
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid

@@ -18,7 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Accepted", "Conversation", "Finding", "RunSeen", "check", "terminal_kind"]
+__all__ = [
+    "Accepted",
+    "Conversation",
+    "Finding",
+    "LogAudit",
+    "Logged",
+    "RunSeen",
+    "audit_log",
+    "check",
+    "terminal_kind",
+]
 
 TERMINALS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 LOST = "gateway_instance_lost"
@@ -78,6 +88,8 @@ class Conversation:
         #: The SSE id of the last frame received: where a reconnect resumes.
         self.last_id: str | None = None
         self.subscribed = asyncio.Event()
+        #: Every event received: (event id, run id, sequence, monotonic time), in order.
+        self.received: list[tuple[str, str, int, float]] = []
         #: (monotonic time, "POST runs → A 503 backend_unavailable"): every POST and its answer.
         self.requests: list[tuple[float, str]] = []
         self._ended: dict[str, asyncio.Event] = {}
@@ -91,7 +103,9 @@ class Conversation:
         seen = self.runs.get(run_id)
         if seen is None:
             seen = self.runs[run_id] = RunSeen(first_at=at)
-        seen.sequences.append(int(event.get("sequence", -1)))
+        sequence = int(event.get("sequence", -1))
+        seen.sequences.append(sequence)
+        self.received.append((str(event.get("eventId")), run_id, sequence, at))
         kind = event.get("type")
         if kind == "message.delta":
             seen.deltas += 1
@@ -215,3 +229,52 @@ def check(
     if conv.state is not None and conv.state.get("activeRunId") is not None:
         add("still active at the end", str(conv.state["activeRunId"]), "state activeRunId")
     return found
+
+
+#: One event of a conversation's final log: (event id, run id, sequence).
+Logged = tuple[str, str, int]
+
+
+@dataclass
+class LogAudit:
+    """A conversation's final log against what its client received.
+
+    ``lost``: (run id, sequence, when the client received it, or None when it never did) of an
+    event that was written (a client received it, or a later sequence of its run is in the log)
+    and is not in the final log. ``repeated``: (run id, sequence, when) of a sequence the log
+    holds twice, or that the client received twice (the same event again, or another event
+    under a sequence it already had: written again after a loss).
+    """
+
+    lost: list[tuple[str, int, float | None]] = field(default_factory=list)
+    repeated: list[tuple[str, int, float | None]] = field(default_factory=list)
+
+
+def audit_log(conv: Conversation, logged: list[Logged]) -> LogAudit:
+    """What ``conv``'s final log (every entry, none trimmed) lost or holds twice; each (run,
+    sequence) counted once."""
+    in_log = {event_id for event_id, _, _ in logged}
+    per_run: dict[str, Counter[int]] = {}
+    for _, run_id, sequence in logged:
+        per_run.setdefault(run_id, Counter())[sequence] += 1
+    lost: dict[tuple[str, int], float | None] = {}
+    repeated: dict[tuple[str, int], float | None] = {}
+    first: set[tuple[str, int]] = set()
+    for event_id, run_id, sequence, at in conv.received:
+        key = (run_id, sequence)
+        if event_id not in in_log:
+            lost.setdefault(key, at)
+        if key in first:
+            repeated.setdefault(key, at)
+        first.add(key)
+    for run_id, counts in per_run.items():
+        for sequence in range(max(counts) + 1):
+            if sequence not in counts:
+                lost.setdefault((run_id, sequence), None)
+        for sequence, count in counts.items():
+            if count > 1:
+                repeated.setdefault((run_id, sequence), None)
+    return LogAudit(
+        [(run_id, sequence, at) for (run_id, sequence), at in sorted(lost.items())],
+        [(run_id, sequence, at) for (run_id, sequence), at in sorted(repeated.items())],
+    )

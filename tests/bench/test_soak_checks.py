@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness.soak_checks import Accepted, Conversation, check
+from bench.harness.soak_checks import Accepted, Conversation, Logged, audit_log, check
 
 
 def _event(run_id: str, sequence: int, kind: str, **payload: Any) -> dict[str, Any]:
@@ -115,3 +115,43 @@ def test_a_completed_run_without_a_202_passes_only_after_an_unanswered_post() ->
     conv.unanswered_posts.append(1.0)
     assert _categories(conv) == []
     assert conv.unannounced == {"adopted"}
+
+
+def _received(conv: Conversation, run_id: str, *events: tuple[str, int]) -> None:
+    for n, (event_id, sequence) in enumerate(events):
+        conv.record({**_event(run_id, sequence, "message.delta"), "eventId": event_id}, 10.0 + n)
+
+
+def test_a_log_holding_every_event_received_once_loses_and_repeats_nothing() -> None:
+    conv = Conversation("c")
+    _received(conv, "r1", ("e0", 0), ("e1", 1), ("e2", 2))
+    logged: list[Logged] = [("e0", "r1", 0), ("e1", "r1", 1), ("e2", "r1", 2), ("e3", "r1", 3)]
+    audit = audit_log(conv, logged)
+    assert (audit.lost, audit.repeated) == ([], [])
+
+
+def test_events_a_failover_lost_are_counted_received_or_not() -> None:
+    conv = Conversation("c")
+    # The client had #0..#3; the new master's log lacks #2..#3 (the client got them) and #4
+    # (nobody did), and the run went on with #5 on it.
+    _received(conv, "r1", ("e0", 0), ("e1", 1), ("e2", 2), ("e3", 3))
+    logged: list[Logged] = [("e0", "r1", 0), ("e1", "r1", 1), ("e5", "r1", 5)]
+    audit = audit_log(conv, logged)
+    assert audit.lost == [("r1", 2, 12.0), ("r1", 3, 13.0), ("r1", 4, None)]
+    assert audit.repeated == []
+
+
+def test_a_sequence_written_or_received_twice_is_a_repeat() -> None:
+    conv = Conversation("c")
+    # #1 received twice (the same event, then another one under #1: written again after the
+    # loss of the first); the log holds #2 twice.
+    _received(conv, "r1", ("e0", 0), ("e1", 1), ("e1", 1), ("e1b", 1))
+    logged: list[Logged] = [
+        ("e0", "r1", 0),
+        ("e1b", "r1", 1),
+        ("e2", "r1", 2),
+        ("e2b", "r1", 2),
+    ]
+    audit = audit_log(conv, logged)
+    assert audit.repeated == [("r1", 1, 12.0), ("r1", 2, None)]
+    assert audit.lost == [("r1", 1, 11.0)]  # e1: received, gone from the log

@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis.cluster import is_cluster
@@ -44,8 +44,10 @@ ZERO_ID = "0-0"
 APPROXIMATE_TRIM_FROM = 1000
 #: Pause between two attempts of an append that failed because Redis was unreachable.
 RETRY_INTERVAL = 0.1
-#: Failures after which an append may be retried (the batch may or may not have landed).
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+#: Failures after which an append may be retried (the batch may or may not have landed); on a
+#: cluster also the refusals of a failover (CLUSTERDOWN while a failed master's slots have no
+#: master yet, which every node answers for every slot by default; TRYAGAIN): nothing written.
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, ClusterDownError, TryAgainError)
 
 log = logging.getLogger("app.backends.redis")
 

@@ -36,14 +36,17 @@ class RedisQueuedRuns(RedisRole, QueuedRuns):
         keys = self._i.keys(ref)
         request = encode_request(ref, run)
         remember = remembered(keys, answer)
+        # Indexed before the ticket exists (the index is another key, on a cluster another
+        # slot): an instance killed right after the ticket landed leaves it where a live
+        # instance's sweep finds it. An entry without a ticket is dropped by the next sweep.
+        with contextlib.suppress(RedisError, OSError):  # else the first renewal marks it
+            await self._i.queue.mark(keys)
         with unavailable():
             queued = await self._i.queue.enqueue(
                 keys, run.run_id, request, limit, interrupt, remember
             )
         if queued:
             self._i.tickets.add(keys, run.run_id)
-            with contextlib.suppress(RedisError, OSError):  # else the next renewal marks it
-                await self._i.queue.mark(keys)
         return queued
 
     async def drop_run(self, ref: ConversationRef, run_id: str) -> bool:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from redis.exceptions import ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.backends.redis.claims import Token
@@ -40,6 +41,8 @@ class FlakyLog:
     def __init__(self) -> None:
         self.entries: list[tuple[str, str, bytes]] = []
         self.down = False
+        #: What a call raises while ``down``.
+        self.refusal: Exception = RedisConnectionError("Connection refused")
         self.lose_reply = False
         self.calls = 0
         self.redis = self
@@ -47,7 +50,7 @@ class FlakyLog:
     async def append(self, keys: ConversationKeys, token: str, items: Any, **_: Any) -> list[str]:
         self.calls += 1
         if self.down:
-            raise RedisConnectionError("Connection refused")
+            raise self.refusal
         ids = []
         for item in items:
             ids.append(f"{len(self.entries) + 1}-0")
@@ -89,7 +92,7 @@ class FlakyLog:
 
     async def xrevrange(self, name: str, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
         if self.down:
-            raise RedisConnectionError("Connection refused")
+            raise self.refusal
         tail = self.entries[-count:][::-1]
         return [(i.encode(), {b"k": k.encode(), b"d": d}) for i, k, d in tail]
 
@@ -115,6 +118,31 @@ async def test_appends_during_a_short_outage_land_in_order() -> None:
     assert [d for _, _, d in log.entries] == [_item(n).data for n in range(6)]
     assert [ids[0] for ids in results] == [f"{n}-0" for n in range(2, 7)]
     assert log.calls > 2  # it really failed and was retried
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+    ],
+)
+async def test_appends_refused_by_a_cluster_failing_over_land_in_order(refusal: Exception) -> None:
+    """A Redis Cluster answers CLUSTERDOWN for every slot from a master's failure until its
+    replica is promoted: the owner rides it out as an outage (the soak's master kills ended
+    runs ``provider_error`` when it did not), awaited appends and those not waited for alike."""
+    log = FlakyLog()
+    log.refusal = refusal
+    writer = FencedWriter(log, KEYS, "1|a|r1", deadline=lambda: time.monotonic() + 10)  # type: ignore[arg-type]
+    await writer.append([_item(0)])
+    log.down = True
+    outcome = _soon(writer, _item(1))
+    results = asyncio.gather(*(writer.append([_item(n)]) for n in range(2, 5)))
+    await eventually(lambda: writer.retried >= 3, what="the refused appends retried")
+    log.down = False
+    assert await asyncio.wait_for(outcome, 5) == (["2-0"], None)
+    assert [ids[0] for ids in await asyncio.wait_for(results, 5)] == ["3-0", "4-0", "5-0"]
+    assert [d for _, _, d in log.entries] == [_item(n).data for n in range(5)]
 
 
 async def test_a_retried_append_whose_reply_was_lost_is_not_written_twice() -> None:
