@@ -5,7 +5,11 @@ and the entries appended after the restart follow the lost ones' ids. Here the e
 taken out with ``XDEL`` (the same hole in the log, on the shared Redis, no restart): a reader
 of another instance resuming from a taken-out entry's cursor gets ``trimmed`` (its caller sends
 a snapshot), from its window's catch-up reads as from Redis; a kept cursor reads on as usual.
-The whole crash, with the gateway's own windows and its run owner: ``test_redis_crash.py``.
+The whole crash, with the gateway's own windows and its run owner: ``test_crash.py``.
+
+When the log's ids run ahead of the clock (a master whose clock was ahead), the owner's next
+entries after the loss take the lost ones' ids: the append gives the conversation a new epoch
+(in every cursor), so a lost cursor reads as unknown, on the standalone Redis and the cluster.
 """
 
 from __future__ import annotations
