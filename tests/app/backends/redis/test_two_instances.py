@@ -62,7 +62,7 @@ async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree(store: str) -
         assert [e["sequence"] for e in rest] == list(range(10, len(events)))
 
 
-async def test_abort_via_b_closes_the_upstream_of_the_run_on_a( -> None:
+async def test_abort_via_b_closes_the_upstream_of_the_run_on_a() -> None:
     # The upstream streams for 60 s unless the abort closes it.
     async with (
         serve_slow_upstream(chunks=1200) as upstream,
@@ -89,8 +89,8 @@ async def test_abort_via_b_closes_the_upstream_of_the_run_on_a( -> None:
         assert_closed(await get_state(b.url, "c1"), res.json()["runId"])
 
 
-async def test_command_via_b_reaches_the_owner_on_a( -> None:
-    async with cluster(store=store) as (a, b):
+async def test_command_via_b_reaches_the_owner_on_a() -> None:
+    async with cluster() as (a, b):
         sub = Subscriber(b.url, "c1", lambda e: e["type"] == "approval.requested")
         await sub.started()
         res = await post_run(a.url, "c1", {"input": {"prompt": "approval:ap1"}})
