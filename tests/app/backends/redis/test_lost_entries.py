@@ -14,6 +14,7 @@ entries after the loss take the lost ones' ids: the append gives the conversatio
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -143,8 +144,28 @@ async def _keep_only_upto(raw: Any, log_key: str, last_kept: str) -> None:
         await raw.xadd(log_key, fields, id=sid)
 
 
+async def _append(backend: RedisBackend, ref: ConversationRef, seq: int, soon: bool) -> LogEntry:
+    """One event appended by the run's owner: waited for, or ``append_soon`` (not waited for:
+    its reply's callback does what ``append_batch`` does after the round trip)."""
+    item = LogItem.of_event(event("r1", seq, "custom", _value(seq)))
+    if not soon:
+        return (await backend.append_batch(ref, [item]))[0]
+    outcome: asyncio.Future[list[LogEntry]] = asyncio.get_running_loop().create_future()
+
+    def done(entries: list[LogEntry] | None, error: Exception | None) -> None:
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            assert entries is not None
+            outcome.set_result(entries)
+
+    assert backend.append_soon(ref, [item], done)
+    return (await outcome)[0]
+
+
+@pytest.mark.parametrize("soon", [False, True], ids=["append_batch", "append_soon"])
 async def test_a_cursor_of_an_entry_whose_id_the_log_reused_gets_a_snapshot(
-    owner_and_reader: tuple[RedisBackend, RedisBackend, Any],
+    owner_and_reader: tuple[RedisBackend, RedisBackend, Any], soon: bool
 ) -> None:
     """A failover lost the newest two entries, and the run's owner goes on appending on the
     new master: when the new entries' ids are those of the lost ones (stream ids are
@@ -169,10 +190,9 @@ async def test_a_cursor_of_an_entry_whose_id_the_log_reused_gets_a_snapshot(
     lost = logged[3:]
     await _keep_only_upto(raw, log_key, _sid(logged[2]))
 
-    after = [
-        (await a.append_batch(ref, [LogItem.of_event(event("r1", seq, "custom", _value(seq)))]))[0]
-        for seq in range(6, 9)
-    ]
+    # The first append after the loss is the one that finds it (``append_soon``: in its reply's
+    # callback); the owner then rebuilds its state, and declines ``append_soon`` until it has.
+    after = [await _append(a, ref, seq, soon and seq == 6) for seq in range(6, 9)]
     assert [_sid(e) for e in after[:2]] == [_sid(e) for e in lost]  # the ids were reused
 
     c = (
