@@ -115,6 +115,8 @@ class RedisAppends(RedisRole, EventAppender):
             ids, snapshotted = await owned.append(pending, i.snapshot_every, i.log.max_len)
             if owned.writer.retried != owned.retries_checked:
                 await self._check_after_retry(keys, owned, prev)
+            if owned.writer.broken != owned.broken_checked:
+                await self._new_epoch(keys, owned)
             return self._landed(keys, owned.state, prev, ids, pending, snapshotted)
 
     async def _check_after_retry(self, keys: ConversationKeys, owned: OwnedRun, prev: str) -> None:
@@ -135,6 +137,23 @@ class RedisAppends(RedisRole, EventAppender):
         except (RedisError, OSError):
             pass
         owned.dirty = True
+
+    async def _new_epoch(self, keys: ConversationKeys, owned: OwnedRun) -> None:
+        """An append of ``owned`` did not follow the owner's previous one: the log lost
+        entries the owner had logged (a failover's promoted replica lacked them), and the new
+        ones may carry their ids. The append script gave the conversation's incarnation a new
+        epoch: the owner's cursors take it, its state is rebuilt from the log before the next
+        append, and the local reader reads the log again under it."""
+        owned.broken_checked = owned.writer.broken
+        owned.dirty = True
+        inc = await self._i.redis.hget(keys.meta, "inc")
+        if inc is None:
+            return  # deleted meanwhile: the next append is fenced
+        owned.state.inc = text(inc)
+        log.warning("conversation %s: the log lost entries; new epoch %s", keys.tag, text(inc))
+        reader = self._i.hub.readers.get(keys.tag)
+        if reader is not None:
+            reader.restart(owned.state.inc)
 
     def _landed(
         self,
@@ -186,7 +205,10 @@ class RedisAppends(RedisRole, EventAppender):
                     failure = unavailable_error(error)  # as ``unavailable()`` maps it
                 done(None, failure)
                 return
-            if ids and owned.writer.retried != owned.retries_checked:
+            writer = owned.writer
+            if ids and (
+                writer.retried != owned.retries_checked or writer.broken != owned.broken_checked
+            ):
                 state.stream_id = ids[-1]
                 i.spawn(self._landed_after_retry(keys, owned, prev, ids, pending, snap, done))
                 return
@@ -212,10 +234,13 @@ class RedisAppends(RedisRole, EventAppender):
         snap: SnapshotWrite | None,
         done: AppendDone,
     ) -> None:
-        """An :meth:`append_soon` that landed on a retry: checked as :meth:`append_batch`
-        checks one, then handed on."""
+        """An :meth:`append_soon` that landed on a retry, or not after the owner's previous
+        one: checked as :meth:`append_batch` checks one, then handed on."""
         try:
-            await self._check_after_retry(keys, owned, prev)
+            if owned.writer.retried != owned.retries_checked:
+                await self._check_after_retry(keys, owned, prev)
+            if owned.writer.broken != owned.broken_checked:
+                await self._new_epoch(keys, owned)
             out = self._landed(keys, owned.state, prev, ids, pending, snap is not None)
         except asyncio.CancelledError:  # shutting down: told, never left waiting
             done(None, unavailable_error(RedisError("the append's check was cancelled")))

@@ -166,7 +166,16 @@ def _looked_for(args: Sequence[Any]) -> list[Any]:
 @functools.lru_cache(maxsize=4096)
 def _append_keys(keys: ConversationKeys) -> tuple[str, ...]:
     """The keys the append script takes, built once per conversation (every append names them)."""
-    return (keys.run, keys.log, keys.lease, keys.snap, keys.abort, keys.cmd, keys.inflight)
+    return (
+        keys.run,
+        keys.log,
+        keys.lease,
+        keys.snap,
+        keys.abort,
+        keys.cmd,
+        keys.inflight,
+        keys.meta,
+    )
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
@@ -233,13 +242,16 @@ class EventLog:
         nonce: str,
         *,
         fresh: bool = False,
+        prev: str = "",
     ) -> list[str]:
         """:meth:`append` of the batch ``close`` answers (items, release, snapshot) when the
         call is packed into its pipeline: until then the batch can still take more.
         ``fresh``: the first send of the batch ``nonce`` names (the script then does not look
-        for it in the log; a resend by redis-py's path still does)."""
+        for it in the log; a resend by redis-py's path still does). ``prev``: the id the
+        writer's last batch ended at ('' = none): a first new id not after it gives the
+        conversation's incarnation a new epoch (the log lost entries: ``scripts.APPEND``)."""
 
-        reply = self.submit_append(keys, token, close, nonce, fresh=fresh)
+        reply = self.submit_append(keys, token, close, nonce, fresh=fresh, prev=prev)
         try:
             await reply
         except ResponseError:
@@ -254,10 +266,11 @@ class EventLog:
         nonce: str,
         *,
         fresh: bool = False,
+        prev: str = "",
     ) -> asyncio.Future[Any]:
         """:meth:`append_when_packed`'s script call, not awaited: its reply, for
         :meth:`appended_ids`."""
-        args = self._packed_args(token, close, nonce, fresh)
+        args = self._packed_args(token, close, nonce, fresh, prev)
         return self._append.call(_append_keys(keys), args, _looked_for)
 
     def submit_append_then(
@@ -269,21 +282,22 @@ class EventLog:
         then: Callable[[Any], None],
         *,
         fresh: bool = False,
+        prev: str = "",
     ) -> None:
         """:meth:`submit_append` with its raw reply handed to ``then`` when it is read (the
         reply, or the error as an exception object), for :meth:`ids_of`."""
-        args = self._packed_args(token, close, nonce, fresh)
+        args = self._packed_args(token, close, nonce, fresh, prev)
         self._append.call_then(_append_keys(keys), args, _looked_for, then)
 
     def _packed_args(
-        self, token: str, close: CloseBatch, nonce: str, fresh: bool
+        self, token: str, close: CloseBatch, nonce: str, fresh: bool, prev: str = ""
     ) -> Callable[[], list[Any]]:
         """The script's arguments of the batch ``close`` answers, built when the call is
         packed (until then the batch can still take more)."""
 
         def args() -> list[Any]:
             items, release, snapshot = close()
-            return self._args(token, items, release, snapshot, nonce, fresh)
+            return self._args(token, items, release, snapshot, nonce, fresh, prev)
 
         return args
 
@@ -311,6 +325,7 @@ class EventLog:
         snapshot: SnapshotWrite | None,
         nonce: str,
         fresh: bool = False,
+        prev: str = "",
     ) -> list[Any]:
         args: list[Any] = [
             token,
@@ -323,6 +338,7 @@ class EventLog:
         ]
         args += itertools.chain.from_iterable(items)  # (kind, data, type, run id) each
         args.append(nonce)
+        args.append(prev)
         args.append(FRESH if fresh else LOOK)
         return args
 
@@ -437,6 +453,12 @@ class FencedWriter:
         #: Counts the writes retried because Redis was unreachable: a Redis that restarted
         #: meanwhile may have lost the newest entries (see ``RedisAppends``).
         self.retried = 0
+        #: The id the last batch that landed ended at ('' = none yet): sent with the next
+        #: batch, whose first id must follow it (else the log lost entries: a new epoch).
+        self.last_id = ""
+        #: Counts the batches whose first id did not follow ``last_id``: the log had lost
+        #: entries, and the append gave the conversation's incarnation a new epoch.
+        self.broken = 0
 
     async def append(
         self,
@@ -508,6 +530,7 @@ class FencedWriter:
             nonce,
             functools.partial(self._soon_replied, batch, nonce, len(items), settled),
             fresh=True,
+            prev=self.last_id,
         )
 
     def _soon_replied(
@@ -550,10 +573,10 @@ class FencedWriter:
             return
         self._soon_landed(batch, settled, ids, n)
 
-    @staticmethod
-    def _soon_landed(batch: _Batch, settled: Settled, ids: list[str], n: int) -> None:
+    def _soon_landed(self, batch: _Batch, settled: Settled, ids: list[str], n: int) -> None:
         """The batch's ids to its joiners, and the opener's first ``n`` to ``settled``."""
         assert batch.done is not None
+        self._follows(ids)
         batch.done.set_result(ids)
         settled(ids[:n], None)
 
@@ -627,10 +650,13 @@ class FencedWriter:
                 if attempt and batch.sent and batch.items:
                     landed = await self._landed(batch.items)
                     if landed is not None:
+                        self._follows(landed)
                         return landed
-                return await self._log.append_when_packed(
-                    self._keys, self.token, close, nonce, fresh=not attempt
+                ids = await self._log.append_when_packed(
+                    self._keys, self.token, close, nonce, fresh=not attempt, prev=self.last_id
                 )
+                self._follows(ids)
+                return ids
             except TRANSIENT as exc:
                 if self._deadline is None:
                     raise
@@ -641,6 +667,15 @@ class FencedWriter:
                 attempt += 1
                 self.retried += 1
                 await asyncio.sleep(RETRY_INTERVAL)
+
+    def _follows(self, ids: list[str]) -> None:
+        """A batch landed at ``ids``: the next one must follow it; one not after the last
+        is counted in :attr:`broken`."""
+        if not ids:
+            return
+        if self.last_id and parse_id(ids[0]) <= parse_id(self.last_id):
+            self.broken += 1
+        self.last_id = ids[-1]
 
     async def _landed(self, items: Sequence[Pending]) -> list[str] | None:
         """The ids of ``items`` if they are the log's last entries (an earlier attempt landed)."""

@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis.cursors import same_incarnation
 from app.backends.redis.eventlog import KIND_EVENT, Entry, EventLog, entries_from_reply, parse_id
 from app.backends.redis.keys import ConversationKeys
 from app.backends.sinks import offer
@@ -489,6 +490,33 @@ class LogReader:
             self.last_id = end
             self._notify()
             return
+
+    def learn(self, inc: str | None) -> None:
+        """The conversation's incarnation as just read from Redis (the reader knew one).
+
+        Another epoch of the same incarnation (:func:`.cursors.same_incarnation`): the log lost
+        entries and new ones may carry their ids, so the reader reads it again from its start
+        (:meth:`restart`). Another incarnation (deleted, created again): the window is
+        forgotten (:meth:`reset`). Either way a cursor of the old one reads as unknown."""
+        known = self.inc
+        if inc == known:
+            return
+        if inc is not None and known is not None and same_incarnation(inc, known):
+            self.restart(inc)
+            return
+        self.inc = inc
+        self.reset()
+
+    def restart(self, inc: str) -> None:
+        """Read the log again from its start, as incarnation ``inc`` (a new epoch: the
+        entries the window holds may be ones the log lost, under ids it gave to new ones)."""
+        self.inc, self.inc_known = inc, True
+        self.lost.clear()
+        self._clear_window((0, 0))
+        self.last_id = "0-0"
+        self._behind = True  # a local owner's next feed does not follow on: read from Redis
+        self.kick()
+        self._notify()
 
     def is_lost(self, position: tuple[int, int]) -> bool:
         """``position`` was an entry of the log that Redis lost (see :meth:`verify`)."""

@@ -284,10 +284,7 @@ class RedisInstance:
                 inc, run, alive = replies[3 * n : 3 * n + 3]
                 reader = self.hub.readers.get(keys.tag)
                 if reader is not None and reader.inc_known:
-                    current = None if inc is None else text(inc)
-                    if current != reader.inc:
-                        reader.inc = current
-                        reader.reset()
+                    reader.learn(None if inc is None else text(inc))
                 if run is not None and not alive:
                     try:
                         await self.reaper.reap(keys, Token(text(run)))

@@ -9,7 +9,8 @@ cluster, and the cluster shards by conversation).
 Layout for a conversation with tag ``T`` under prefix ``P`` (default ``agw``)::
 
     P:{T}:meta    hash     incarnation ("inc") + ConversationMeta JSON ("meta"): exists = created;
-                           "ref": JSON [principal, key] (the reaper's webhook names them)
+                           "ref": JSON [principal, key] (the reaper's webhook names them); "inc"
+                           takes a new epoch ("inc~epoch") when the log lost entries (cursors.py)
     P:{T}:log     stream   the event log: one entry per AgentEvent or extension value, fields
                            k (kind), d (JSON, serialized once), t (event type), r (run id)
     P:{T}:snap    hash     snapshot: reduced state, extensions, the stream id they reflect

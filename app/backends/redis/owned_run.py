@@ -12,7 +12,7 @@ from app.backends.base import RunControl
 from app.backends.redis.claims import Token
 from app.backends.redis.control import OwnerInbox
 from app.backends.redis.errors import RunFenced
-from app.backends.redis.eventlog import Fenced, FencedWriter, Pending, SnapshotWrite
+from app.backends.redis.eventlog import ZERO_ID, Fenced, FencedWriter, Pending, SnapshotWrite
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.state import ConversationState
@@ -53,6 +53,13 @@ class OwnedRun:
     #: The conversation's meta as read by the claim, for the first snapshot after it (the
     #: run's start): one round trip less per run. Dropped by a save of the meta here.
     start_meta: bytes | None = None
+    #: ``writer.broken`` as of the last look at the conversation's new epoch (``RedisAppends``).
+    broken_checked: int = 0
+
+    def __post_init__(self) -> None:
+        # The run's first batch must follow the log as its claim read it: nobody else writes.
+        if not self.writer.last_id and self.state.stream_id != ZERO_ID:
+            self.writer.last_id = self.state.stream_id
 
     def start(self) -> None:
         self.keeper.start()

@@ -104,8 +104,11 @@ class RedisReads(RedisRole, EventReader):
         return await asyncio.shield(lookup)
 
     async def _lookup(self, reader: LogReader, keys: ConversationKeys) -> str | None:
-        inc = await self._i.redis.hget(keys.meta, "inc")
-        reader.inc = None if inc is None else text(inc)
+        raw = await self._i.redis.hget(keys.meta, "inc")
+        inc = None if raw is None else text(raw)
+        if inc is not None and reader.inc is not None and inc != reader.inc:
+            reader.learn(inc)  # a new epoch (the window may hold lost entries) or incarnation
+        reader.inc = inc
         reader.inc_known = True
         return reader.inc
 

@@ -46,15 +46,20 @@ redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 return token
 """
 
-#: KEYS: run, log, lease, snap, abort, cmd, inflight.
+#: KEYS: run, log, lease, snap, abort, cmd, inflight, meta.
 #: ARGV: token ('' = only when no run is active), maxlen ("~N" approximate | "=N" exact),
 #:       release (0/1),
 #:       snapshot state ('' = no snapshot), snapshot extensions, snapshot cursor when n = 0,
 #:       n, then n x (kind, data, event type, run id), then the batch nonce ('' = none), then
-#:       fresh ('1' = the batch's first send: nothing of it can be in the log yet).
+#:       the id the writer's last batch ended at ('' = none known), then fresh ('1' = the
+#:       batch's first send: nothing of it can be in the log yet).
 #: Appends the entries, then stores the snapshot (its cursor = the last new id), then releases
 #: the run when asked; all or nothing. -> the new stream ids. Error "FENCED" when the token no
-#: longer owns the run. The nonce is stored on the batch's last entry: the same batch run again
+#: longer owns the run. A first new id not after the writer's last one means the log lost
+#: entries the writer had logged (a failover's promoted replica lacked them) and the new ones
+#: may carry their ids: the conversation's incarnation (in every cursor) takes a new epoch,
+#: ``<incarnation>~<nonce>``, in the same step, so a cursor of a lost entry reads as unknown.
+#: The nonce is stored on the batch's last entry: the same batch run again
 #: (redis-py retries a command whose reply was lost) answers its ids and writes nothing. Only
 #: a send that may repeat an earlier one looks for it: at one event per append (a slow
 #: stream's), the look (XREVRANGE of the newest entry) was a large part of the script's time.
@@ -65,7 +70,7 @@ return token
 APPEND: Final = """
 local n = tonumber(ARGV[7])
 local nonce = ARGV[8 + 4 * n] or ''
-if nonce ~= '' and n > 0 and ARGV[9 + 4 * n] ~= '1' then
+if nonce ~= '' and n > 0 and ARGV[10 + 4 * n] ~= '1' then
   -- The same batch sent again (a client retry after a lost reply): answer, write nothing.
   -- The newest entry tells (the nonce rides on a batch's last entry); the batch's n entries
   -- are read only then (reading n entries per append cost more than its n XADDs).
@@ -115,6 +120,19 @@ if plain < n then
 end
 if n > 0 then
   redis.call('XTRIM', KEYS[2], 'MAXLEN', string.sub(ARGV[2], 1, 1), string.sub(ARGV[2], 2))
+  local prev = ARGV[9 + 4 * n] or ''
+  if prev ~= '' then
+    local pms, pseq = string.match(prev, '^(%d+)-(%d+)$')
+    local ms, seq = string.match(ids[1], '^(%d+)-(%d+)$')
+    pms, pseq, ms, seq = tonumber(pms), tonumber(pseq), tonumber(ms), tonumber(seq)
+    if ms < pms or (ms == pms and seq <= pseq) then  -- not after: the log lost entries
+      local inc = redis.call('HGET', KEYS[8], 'inc')
+      if inc then
+        local epoch = nonce ~= '' and nonce or ids[1]
+        redis.call('HSET', KEYS[8], 'inc', string.match(inc, '^[^~]*') .. '~' .. epoch)
+      end
+    end
+  end
 end
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[4], 'state', ARGV[4], 'ext', ARGV[5], 'cursor', ids[n] or ARGV[6])

@@ -55,8 +55,8 @@ def remember(cache: dict[K, bytes], key: K, packed: bytes, limit: int | None = N
 def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
     """The RESP bulk strings of ``args``, laid out as ``EventLog._args`` lays them out: seven
     header arguments (the seventh the number of events n), 4 x n event arguments (kind, data
-    as bytes, type, run id), then the rest (nonce, flag). Joined, the same bytes as one
-    ``bulk`` per argument."""
+    as bytes, type, run id), then the rest (nonce, the writer's last id, flag). Joined, the
+    same bytes as one ``bulk`` per argument."""
     n = args[6]
     assert type(n) is int
     end = 7 + 4 * n
@@ -79,9 +79,13 @@ def pack_append_args(args: Sequence[str | bytes | int]) -> list[bytes]:
         )
         out += (head, data, tail)
     rest = args[end:]
-    if len(rest) == 2:  # nonce, flag
-        flag = rest[1]
-        out += (bulk(rest[0]), _flags.get(flag) or remember(_flags, flag, bulk(flag)))
+    if len(rest) == 3:  # nonce, the writer's last id, flag
+        flag = rest[2]
+        out += (
+            bulk(rest[0]),
+            bulk(rest[1]),
+            _flags.get(flag) or remember(_flags, flag, bulk(flag)),
+        )
     else:
         out += [bulk(arg) for arg in rest]
     return out

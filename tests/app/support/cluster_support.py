@@ -1,7 +1,8 @@
 """Two gateway processes (A and B) on one Redis key prefix, and an SSE subscriber to watch them.
 
-``cluster()`` gives each use its own key prefix on the shared Redis (or on a private one) and a
-lease TTL; ``Subscriber`` follows a conversation in the background.
+``cluster()`` gives each use its own key prefix on the shared Redis (or on a private one, or,
+``store="redis-cluster"``, on the shared Redis Cluster: both with ``redis_cluster = true``) and
+a lease TTL; ``Subscriber`` follows a conversation in the background.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 import orjson
 from httpx_sse import aconnect_sse
 
+from tests.app.backends.redis.cluster_support import SHARED_CLUSTER_URL, shared_cluster
 from tests.app.support.redis_support import (
     SHARED_REDIS_URL,
     GatewayProcess,
@@ -34,11 +36,19 @@ async def cluster(
     upstream_url: str = "",
     redis_url: str = SHARED_REDIS_URL,
     lease_ttl: float = STEADY_LEASE_TTL,
+    store: str = "redis",
     **kwargs: Any,
 ) -> AsyncIterator[tuple[GatewayProcess, GatewayProcess]]:
     kwargs["lease_ttl"] = lease_ttl
     prefix = unique_prefix()
-    async with shared_redis(prefix):
+    if store == "redis-cluster":
+        redis_url = SHARED_CLUSTER_URL if redis_url == SHARED_REDIS_URL else redis_url
+        keys: Any = shared_cluster(prefix, redis_url)
+        kwargs["redis_cluster"] = True
+    else:
+        assert store == "redis", store
+        keys = shared_redis(prefix)
+    async with keys:
         a = GatewayProcess("A", redis_url, prefix, upstream_url=upstream_url, **kwargs)
         b = GatewayProcess("B", redis_url, prefix, upstream_url=upstream_url, **kwargs)
         try:

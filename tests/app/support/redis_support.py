@@ -286,8 +286,10 @@ class GatewayProcess:
         max_len: int = 10000,
         mcp_url: str = "",
         telemetry: bool = False,
+        redis_cluster: bool = False,
     ) -> None:
         self.name = name
+        self.prefix = prefix
         self.port = free_port()
         self.args = [
             sys.executable, "-m", "tests.app.support.redis_support",
@@ -298,6 +300,8 @@ class GatewayProcess:
         ]  # fmt: skip
         if telemetry:  # [telemetry] enabled; the OTEL_* variables come from this environment
             self.args.append("--telemetry")
+        if redis_cluster:  # [gateway] redis_cluster = true: ``redis_url`` is a cluster's seed
+            self.args.append("--redis-cluster")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix=f"agw-{name}-", suffix=".log")[1])
 
@@ -365,9 +369,10 @@ def _serve(argv: list[str] | None = None) -> None:
     # The "slow" provider's model may call the tools of this MCP server (no approval).
     parser.add_argument("--mcp-url", default="")
     parser.add_argument("--telemetry", action="store_true")
+    parser.add_argument("--redis-cluster", action="store_true")
     args = parser.parse_args(argv)
 
-    from app.backends.redis import RedisBackend
+    from app.backends.redis import RedisBackend, cluster_client
     from app.config import Settings
     from app.factory import create_app
     from app.server import GatewayServer
@@ -384,6 +389,7 @@ def _serve(argv: list[str] | None = None) -> None:
         gateway={
             "backend": "redis",
             "redis_url": args.redis_url,
+            "redis_cluster": args.redis_cluster,
             "lease_ttl_seconds": args.lease_ttl,
             "snapshot_every": args.snapshot_every,
             "event_log_max_len": args.max_len,
@@ -398,7 +404,9 @@ def _serve(argv: list[str] | None = None) -> None:
         telemetry={"enabled": args.telemetry},
     )
     backend = RedisBackend(
-        gateway_redis_client(args.redis_url),
+        cluster_client(args.redis_url)
+        if args.redis_cluster
+        else gateway_redis_client(args.redis_url),
         event_log_max_len=args.max_len,
         snapshot_every=args.snapshot_every,
         lease_ttl_seconds=args.lease_ttl,

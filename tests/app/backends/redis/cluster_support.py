@@ -32,16 +32,12 @@ def gateway_cluster_client(url: str = SHARED_CLUSTER_URL, **options: Any) -> Red
     return cluster_client(url, **options)
 
 
-def make_cluster_backend(
-    prefix: str, url: str = SHARED_CLUSTER_URL, **kwargs: Any
-) -> RedisBackend:
+def make_cluster_backend(prefix: str, url: str = SHARED_CLUSTER_URL, **kwargs: Any) -> RedisBackend:
     return RedisBackend(gateway_cluster_client(url), key_prefix=prefix, **kwargs)
 
 
 @contextlib.asynccontextmanager
-async def shared_cluster(
-    prefix: str, url: str = SHARED_CLUSTER_URL
-) -> AsyncIterator[RedisCluster]:
+async def shared_cluster(prefix: str, url: str = SHARED_CLUSTER_URL) -> AsyncIterator[RedisCluster]:
     """A plain cluster client; every key under ``prefix`` is deleted afterwards (every master
     scanned)."""
     client = RedisCluster.from_url(url, socket_timeout=10, socket_connect_timeout=10)
@@ -160,4 +156,3 @@ def private_cluster() -> Iterator[PrivateCluster]:
         yield cluster
     finally:
         cluster.stop()
-

@@ -68,9 +68,9 @@ async def cluster_pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
 def test_settings_build_a_cluster_client_seeded_by_the_url_and_the_nodes(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text(
-        "[gateway]\nbackend = \"redis\"\n"
-        f"redis_url = \"{SHARED_CLUSTER_URL}\"\nredis_cluster = true\n"
-        "redis_cluster_nodes = [\"127.0.0.1:7381\", \"[::1]:7382\"]\nredis_wait_replicas = 1\n"
+        '[gateway]\nbackend = "redis"\n'
+        f'redis_url = "{SHARED_CLUSTER_URL}"\nredis_cluster = true\n'
+        'redis_cluster_nodes = ["127.0.0.1:7381", "[::1]:7382"]\nredis_wait_replicas = 1\n'
     )
     settings = load_settings(config)
     backend = create_redis_backend(settings)

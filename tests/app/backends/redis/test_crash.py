@@ -12,6 +12,11 @@ persisting as deployed (http-api.md "Durability on Redis"):
   its size at an earlier moment before Redis starts again. The gateway recovers: the run ends
   (no run stuck ``running``), and a reader resuming from a cursor the log lost gets a snapshot,
   on the instance that had streamed the lost entries as on one that never saw them.
+
+Not on a Redis Cluster: there a master's crash is answered by its replica's promotion, not by a
+restart from its AOF; what it loses (the replication lag) and how the gateway recovers are
+``test_cluster_failover.py``'s, and a lost entry whose id the new master reuses is
+``test_lost_entries.py``'s (on the cluster too).
 """
 
 from __future__ import annotations

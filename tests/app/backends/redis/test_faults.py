@@ -3,11 +3,18 @@
 While Redis is down the gateway answers fast (503 ``backend_unavailable``, /healthz stays up),
 the run keeps going upstream, and once Redis is back: the run ends with exactly one terminal,
 every event a subscriber received is in the log in the same order, and other conversations run.
+
+On a Redis Cluster "Redis stopped" is one node: the short outage with two instances runs there
+too, with the conversation's master paused (a cluster of the test's own). The outage beyond the
+lease TTL is a failover on a cluster (a master down past ``cluster-node-timeout`` is replaced by
+its replica): ``test_cluster_failover.py`` kills one while runs stream on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from typing import Any
 
@@ -15,9 +22,12 @@ import httpx
 import orjson
 import pytest
 from httpx_sse import aconnect_sse
+from redis.crc import key_slot
 
 from app.backends import EMPTY_CURSOR
+from app.backends.redis.keys import ConversationKeys
 from core.kinds import ENTITY_MAPS, TERMINAL_STATUSES
+from tests.app.backends.redis.cluster_support import private_cluster
 from tests.app.support.cluster_support import Subscriber, cluster, is_terminal, post_run
 from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.app.support.helpers import collect_sse, events_of, start_run, wait_state
@@ -222,6 +232,48 @@ async def test_short_outage_two_instances_no_takeover() -> None:
             redis.stop()
             await asyncio.sleep(1.0)
             redis.start()
+            events = await sub.done(30)
+            assert events[-1]["type"] == "run.completed", events[-1]
+            assert upstream.finished == 1
+            assert len(set(sub.ids)) == len(sub.ids)
+            seqs = [e["sequence"] for e in events if e["runId"] == res.json()["runId"]]
+            assert seqs == list(range(len(seqs)))
+            text = "".join(
+                e["payload"].get("delta", "") for e in events if e["type"] == "message.delta"
+            )
+            assert text == "".join(f"w{i} " for i in range(80))
+            assert "lost its owner" not in a.output() + b.output()
+
+
+@pytest.mark.only_backend(
+    "redis-cluster", reason="two gateway processes on a Redis Cluster of the test's own"
+)
+async def test_short_outage_of_the_conversations_master_two_instances_no_takeover() -> None:
+    """The test above on a Redis Cluster: the master serving the conversation's slot is paused
+    (SIGSTOP, shorter than ``cluster-node-timeout``: no failover) mid-run, then resumed. The
+    run completes on A with the whole answer, each event once, in order; B never takes it over.
+    (A master killed, with its replica promoted: ``test_cluster_failover.py``.)"""
+    with private_cluster() as nodes:
+        async with (
+            serve_slow_upstream(chunks=80, interval=0.04) as upstream,
+            cluster(
+                upstream.url, redis_url=nodes.url, lease_ttl=LEASE_TTL, store="redis-cluster"
+            ) as (a, b),
+        ):
+            keys = ConversationKeys.for_conversation("anonymous", "c1", a.prefix)
+            master = nodes.pid(nodes.master_of(key_slot(keys.meta.encode())))
+            sub = Subscriber(b.url, "c1", is_terminal)
+            await sub.started()
+            res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
+            assert res.status_code == 202, res.text
+            await eventually(
+                lambda: sum(e["type"] == "message.delta" for e in sub.events) >= 10, 10
+            )
+            os.kill(master, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(1.0)
+            finally:
+                os.kill(master, signal.SIGCONT)
             events = await sub.done(30)
             assert events[-1]["type"] == "run.completed", events[-1]
             assert upstream.finished == 1

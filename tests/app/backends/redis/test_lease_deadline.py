@@ -61,14 +61,28 @@ class FlakyLog:
         return ids
 
     async def append_when_packed(
-        self, keys: ConversationKeys, token: str, close: Any, nonce: str, *, fresh: bool = False
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: Any,
+        nonce: str,
+        *,
+        fresh: bool = False,
+        prev: str = "",
     ) -> list[str]:
         await asyncio.sleep(0)  # packed a loop turn later, as ScriptPipeline packs it
         items, release, snapshot = close()
         return await self.append(keys, token, items, release=release, snapshot=snapshot)
 
     def submit_append(
-        self, keys: ConversationKeys, token: str, close: Any, nonce: str, *, fresh: bool = False
+        self,
+        keys: ConversationKeys,
+        token: str,
+        close: Any,
+        nonce: str,
+        *,
+        fresh: bool = False,
+        prev: str = "",
     ) -> asyncio.Future[list[str]]:
         """The append as the script pipeline's call: its reply, a future (not awaited)."""
         return asyncio.ensure_future(self.append_when_packed(keys, token, close, nonce))
@@ -82,6 +96,7 @@ class FlakyLog:
         then: Any,
         *,
         fresh: bool = False,
+        prev: str = "",
     ) -> None:
         """The pipeline's ``call_then``: the raw reply (ids, or the error object) to ``then``."""
 

@@ -3,6 +3,10 @@
 These tests stop and restart Redis, so each runs its own ``redis-server`` on a free port
 (persisting as deployed: AOF, ``appendfsync everysec``) and never touches the shared one. A
 crash (``kill -9``) instead of a stop: ``test_redis_crash.py``.
+
+Not on a Redis Cluster: stopping "Redis" there is stopping one node, which these tests'
+assertions (readiness off, every route 503) do not describe (the other shards serve on). A
+paused master of a cluster: ``test_faults.py``; a killed one: ``test_cluster_failover.py``.
 """
 
 from __future__ import annotations

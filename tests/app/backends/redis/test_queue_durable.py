@@ -1,7 +1,10 @@
 """Queued runs are durable on Redis: they outlive the instance that accepted them (kill -9: a
 live instance adopts and starts them, in order), and a Redis outage on a live instance never
 drops one (its claims are retried until Redis is back; a ticket that lapsed meanwhile is still
-its own). Real gateway processes, a real Redis (a private one for the outage)."""
+its own). Real gateway processes, a real Redis (a private one for the outage). The kill -9 runs
+on the shared Redis Cluster too (the queue's keys sharded by conversation, the sweep over every
+bucket); the outage stops a whole Redis, which on a cluster is a failover of one shard's master
+(``test_cluster_failover.py``; its queued runs are the same keys of that shard)."""
 
 from __future__ import annotations
 
@@ -38,8 +41,11 @@ def _ends(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["runId"], e["type"]) for e in events if e["type"] in kinds]
 
 
-async def test_kill_9_the_queued_runs_of_the_dead_instance_start_on_another_in_order() -> None:
-    async with cluster(lease_ttl=LEASE_TTL) as (a, b):
+@pytest.mark.parametrize("store", ["redis", "redis-cluster"])
+async def test_kill_9_the_queued_runs_of_the_dead_instance_start_on_another_in_order(
+    store: str,
+) -> None:
+    async with cluster(lease_ttl=LEASE_TTL, store=store) as (a, b):
         queued: list[str] = []
         sub = Subscriber(b.url, KEY, lambda e: is_terminal(e) and e["runId"] == queued[-1])
         await sub.started()

@@ -1,7 +1,11 @@
 """Two gateway instances (A and B, separate processes) on one Redis serve one conversation.
 
 Each test gets its own key prefix on the shared Redis, a short lease TTL and, where needed, a
-slow OpenAI-compatible mock upstream that records when its connection is closed.
+slow OpenAI-compatible mock upstream that records when its connection is closed. The tests
+marked ``ON_BOTH`` run on the shared Redis Cluster too (both processes with ``redis_cluster =
+true``): a run streamed across instances and resumed on the other, and a killed owner; not
+every one, to keep the suite's time (each starts two processes). An abort and a command across
+instances run on the cluster in-process (``tests/app/runs/test_concurrency_*.py``).
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from tests.app.support.redis_support import serve_slow_upstream
 from tests.support import eventually
 
 pytestmark = pytest.mark.only_backend("redis", reason="two gateway processes sharing one Redis")
+#: The Redis the two processes share: standalone, and the shared Redis Cluster.
+ON_BOTH = pytest.mark.parametrize("store", ["redis", "redis-cluster"])
 
 
-async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree() -> None:
-    async with cluster() as (a, b):
+@ON_BOTH
+async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree(store: str) -> None:
+    async with cluster(store=store) as (a, b):
         sub = Subscriber(b.url, "c1", is_terminal)
         await sub.started()
         res = await post_run(a.url, "c1", {"input": {"prompt": "text:40"}})
@@ -57,7 +64,10 @@ async def test_run_on_a_is_streamed_by_b_in_order_and_states_agree() -> None:
 
 async def test_abort_via_b_closes_the_upstream_of_the_run_on_a() -> None:
     # The upstream streams for 60 s unless the abort closes it.
-    async with serve_slow_upstream(chunks=1200) as upstream, cluster(upstream.url) as (a, b):
+    async with (
+        serve_slow_upstream(chunks=1200) as upstream,
+        cluster(upstream.url) as (a, b),
+    ):
         sub = Subscriber(b.url, "c1", is_terminal)
         await sub.started()
         res = await post_run(a.url, "c1", {"input": {"prompt": "hi"}, "provider": "slow"})
@@ -103,10 +113,11 @@ async def test_command_via_b_reaches_the_owner_on_a() -> None:
         assert state == await get_state(a.url, "c1")
 
 
-async def test_kill_9_of_the_owner_fails_the_run_on_b_within_the_lease() -> None:
+@ON_BOTH
+async def test_kill_9_of_the_owner_fails_the_run_on_b_within_the_lease(store: str) -> None:
     async with (
         serve_slow_upstream() as upstream,
-        cluster(upstream.url, lease_ttl=LEASE_TTL) as (a, b),
+        cluster(upstream.url, lease_ttl=LEASE_TTL, store=store) as (a, b),
     ):
         sub = Subscriber(b.url, "c1", is_terminal)
         await sub.started()

@@ -47,12 +47,14 @@ def append_args(
     nonce: str,
     fresh: bool,
     header: tuple[str, str, str, bytes] = ("tok|1", "~10001", "0", b"{}"),
+    prev: str = "1700000000000-3",
 ) -> list[str | bytes | int]:
-    """As ``EventLog._args`` lays them out (``header``: token, maxlen, release, extensions)."""
+    """As ``EventLog._args`` lays them out (``header``: token, maxlen, release, extensions;
+    ``prev``: the writer's last id)."""
     token, maxlen, release, ext = header
     args: list[str | bytes | int] = [token, maxlen, release, snapshot, ext, "0-0", len(items)]
     args += itertools.chain.from_iterable(items)
-    args += [nonce, "1" if fresh else "0"]
+    args += [nonce, prev, "1" if fresh else "0"]
     return args
 
 
@@ -103,7 +105,8 @@ def test_pieces_cached_for_one_event_are_not_reused_for_another(monkeypatch: Any
         for token in ("t1", "t2", "t3", "t4", "t1"):
             for count in (len(items), 1):  # another n: another header
                 header = (token, "=11", str(round_ % 2), b"")
-                args = append_args(items[:count], b"", f"nonce{round_}", round_ == 0, header)
+                prev = "" if round_ == 1 else f"{round_}-{count}"
+                args = append_args(items[:count], b"", f"nonce{round_}", round_ == 0, header, prev)
                 assert b"".join(pack_append_args(args)) == hiredis_args(args)
         assert len(append_packing._heads) <= 3 and len(append_packing._tails) <= 3
         assert 0 < len(append_packing._headers) <= 3 and 0 < len(append_packing._flags) <= 2
