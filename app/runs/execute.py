@@ -203,7 +203,7 @@ async def execute_run(
         )
         active.trace = span
         try:
-            with span_in_logs(span.span):
+            with span_in_logs(span.span, span.context):
                 await _execute_run(backend, catalog, settings, ref, request, active, metrics, span)
         finally:
             active.trace = None

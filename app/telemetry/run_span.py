@@ -31,6 +31,7 @@ from app.telemetry import attributes as attr
 from app.telemetry.propagation import context_of, traceparent_of
 from core.runs import RUN_TERMINAL_TYPES
 from providers.tracing import CallDescription
+from providers.transports.request import UpstreamRequest
 
 if TYPE_CHECKING:
     from app.telemetry.setup import Telemetry
@@ -112,7 +113,9 @@ class RunSpan:
         )
         #: This span's ``traceparent``: stored with the conversation (the reaper, aborts).
         self.traceparent = traceparent_of(self.span)
-        self._context = trace.set_span_in_context(self.span)
+        #: The context with this span current: its children's parent, and the run's own
+        #: (``app/runs/execute.py``, :func:`app.telemetry.logs.span_in_logs`).
+        self.context = trace.set_span_in_context(self.span)
         self._call: _Call | None = None
         self._tools: dict[str, _Tool] = {}
         self._ended = False
@@ -147,13 +150,13 @@ class RunSpan:
                 attributes["gen_ai.input.messages"] = orjson.dumps(messages).decode()
         span = self.tracer.start_span(
             f"chat {model}" if model else f"chat {self.provider}",
-            context=self._context,
+            context=self.context,
             kind=SpanKind.CLIENT,
             attributes=attributes,
         )
         self._call = _Call(span, model)
-        if not self.propagate:
-            return {}
+        if not self.propagate or not isinstance(request, UpstreamRequest):
+            return {}  # only an UpstreamRequest takes headers (``providers.tracing.start_call``)
         traceparent = traceparent_of(span)
         return {"traceparent": traceparent} if traceparent else {}
 
@@ -248,7 +251,7 @@ class RunSpan:
             attributes["gen_ai.tool.call.result"] = orjson.dumps(payload["result"]).decode()
         span = self.tracer.start_span(
             f"execute_tool {tool.name}",
-            context=self._context,
+            context=self.context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=tool.started_ns,
