@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from app.telemetry import attributes as attr
@@ -80,7 +81,10 @@ class _Call:
 
 
 class RunSpan:
-    """One run's span and its children; the run's :class:`providers.tracing.RunTracing`."""
+    """One run's span and its children; the run's :class:`providers.tracing.RunTracing`.
+
+    Its parent: ``parent_context`` (the accepting request's, when accepted here), else the
+    stored ``parent`` traceparent (a run adopted from another instance)."""
 
     def __init__(
         self,
@@ -91,6 +95,7 @@ class RunSpan:
         provider: str,
         parent: str | None,
         queued_seconds: float | None = None,
+        parent_context: Context | None = None,
     ) -> None:
         self.telemetry = telemetry
         self.tracer = telemetry.tracer
@@ -101,7 +106,7 @@ class RunSpan:
         self.propagate = telemetry.propagate.get(provider, True)
         self.span = self.tracer.start_span(
             f"invoke_agent {provider}",
-            context=context_of(parent),
+            context=context_of(parent) if parent_context is None else parent_context,
             kind=SpanKind.INTERNAL,
             attributes={
                 attr.OPERATION: "invoke_agent",
