@@ -13,10 +13,12 @@ A/B that wall-clock noise from other processes hits alike.
 
 ``--asgi`` measures the CPU of the start itself instead, with less noise: a process per tree
 and round sends ``--n`` starts straight to the ASGI app (no sockets, no uvicorn; the tests'
-scripted provider, no upstream) and reports ``time.process_time`` per start, runs included.
+scripted provider, no upstream) and reports ``time.process_time`` per start, runs included
+(and, with ``[telemetry]`` on, the export of their spans: flushed before and after the
+window). ``--serving-gc`` tunes the collector there as ``agent-gateway serve`` does.
 
 Usage: ``.venv/bin/python bench/run_start_bench.py [--n 200] [--concurrent 60] [--rounds 3]
-[--chunks 2] [--trees /tmp/start-before,.] [--asgi]``
+[--chunks 2] [--trees /tmp/start-before,.] [--asgi [--serving-gc]]``
 """
 
 from __future__ import annotations
@@ -159,9 +161,10 @@ def _rows(samples: dict[str, Samples]) -> list[list[object]]:
     return rows
 
 
-async def asgi_starts(n: int, stream: bool) -> float:
+async def asgi_starts(n: int, stream: bool, serving_gc: bool = False) -> float:
     """CPU ms per start of ``n`` starts sent straight to a gateway app (imported from the
-    first entry of ``sys.path``), their runs included."""
+    first entry of ``sys.path``), their runs included. ``serving_gc``: the collector tuned as
+    ``agent-gateway serve`` tunes it (``app/gc_policy.py``) once the gateway started."""
     import logging
 
     import orjson
@@ -179,6 +182,10 @@ async def asgi_starts(n: int, stream: bool) -> float:
     app = create_app(settings, providers={"demo": ScriptedProvider()})
     gateway = app.state.gateway
     await gateway.start()
+    if serving_gc:
+        from app.gc_policy import tune_for_serving
+
+        tune_for_serving()
     body = orjson.dumps({"input": {"prompt": "text:2"}})
     never = asyncio.Event()
 
@@ -228,15 +235,22 @@ async def asgi_starts(n: int, stream: bool) -> float:
         for key in keys:  # a 202's run ends after its answer
             await gateway.runs.wait_idle(ConversationRef("anonymous", key), 10.0)
 
+    # With [telemetry] on, every span of the measured starts is exported inside the window (the
+    # warm-up's before it): else the batch processor's schedule decides how many are counted.
+    telemetry = getattr(gateway, "telemetry", None)
     await starts("warm", 100)
+    if telemetry is not None:
+        telemetry.tracer_provider.force_flush()
     before = time.process_time()
     await starts("k", n)
+    if telemetry is not None:
+        telemetry.tracer_provider.force_flush()
     cpu = (time.process_time() - before) * 1000 / n
     await gateway.close()
     return cpu
 
 
-def _asgi_child(tree: Path, n: int, stream: bool) -> float:
+def _asgi_child(tree: Path, n: int, stream: bool, serving_gc: bool) -> float:
     # This module from this tree (it puts this tree first on sys.path), then ``tree`` first:
     # ``app`` and ``tests`` are imported from ``tree`` (not imported by this module).
     code = (
@@ -244,18 +258,18 @@ def _asgi_child(tree: Path, n: int, stream: bool) -> float:
         f"bench = runpy.run_path({__file__!r}, run_name='run_start_bench'); "
         f"sys.path.insert(0, {str(tree)!r}); "
         "assert 'app' not in sys.modules; "
-        f"print(uvloop.run(bench['asgi_starts']({n}, {stream})))"
+        f"print(uvloop.run(bench['asgi_starts']({n}, {stream}, {serving_gc})))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, check=True)
     return float(out.stdout.decode().split()[-1])
 
 
-def asgi_main(trees: list[Path], n: int, rounds: int) -> None:
+def asgi_main(trees: list[Path], n: int, rounds: int, serving_gc: bool) -> None:
     cpu: dict[tuple[Path, bool], list[float]] = {(t, s): [] for t in trees for s in (False, True)}
     for _ in range(rounds):
         for stream in (False, True):
             for tree in trees:
-                cpu[tree, stream].append(_asgi_child(tree, n, stream))
+                cpu[tree, stream].append(_asgi_child(tree, n, stream, serving_gc))
     rows = [[str(tree), median(cpu[tree, False]), median(cpu[tree, True])] for tree in trees]
     print(
         table(
@@ -277,10 +291,13 @@ def main() -> None:
     parser.add_argument("--trees", default=str(procs.ROOT), help="source trees, comma-separated")
     parser.add_argument("--raw", action="store_true", help="also print each round's CPU figures")
     parser.add_argument("--asgi", action="store_true", help="CPU per start in process")
+    parser.add_argument(
+        "--serving-gc", action="store_true", help="--asgi: the collector tuned as `serve` tunes it"
+    )
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     if args.asgi:
-        asgi_main(trees, args.n, args.rounds)
+        asgi_main(trees, args.n, args.rounds, args.serving_gc)
         return
     with contextlib.ExitStack() as exits:
         upstream = procs.start_server("upstream")

@@ -16,7 +16,7 @@ import logging
 import operator
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.backends import Backend, ConversationMeta, ConversationRef, LogEntry
 from app.backends.types import LogItem
@@ -38,6 +38,9 @@ from providers.contract import AgentEvent, Command, RunOptions
 from providers.history import derive_history
 from providers.runner import run_agent_provider
 from providers.signal import AbortSignal
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 __all__ = [
     "START_WAIT_SECONDS",
@@ -71,6 +74,9 @@ class RunRequest:
     #: when it was accepted here to wait its turn (``time.monotonic()``; None: it did not).
     trace: str | None = None
     accepted_at: float | None = None
+    #: ``[telemetry]``: the accepting request's context, when it was accepted here (its span
+    #: is the run span's parent without reading ``trace`` back); None for a run adopted.
+    parent: Context | None = None
 
     def finish(self) -> None:
         """The run is over, or will never start: its start's waiters go on."""
@@ -200,10 +206,11 @@ async def execute_run(
             request.provider,
             request.trace,
             None if accepted is None else time.monotonic() - accepted,
+            request.parent,
         )
         active.trace = span
         try:
-            with span_in_logs(span.span):
+            with span_in_logs(span.span, span.context):
                 await _execute_run(backend, catalog, settings, ref, request, active, metrics, span)
         finally:
             active.trace = None

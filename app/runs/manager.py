@@ -37,7 +37,7 @@ from app.runs.execute import START_WAIT_SECONDS, ActiveRun, RunRequest, execute_
 from app.runs.limits import GatewayLimits, check_json_size
 from app.runs.start_slots import StartSlots
 from app.telemetry import Telemetry
-from app.telemetry.run_ops import abort_span, current_traceparent
+from app.telemetry.run_ops import abort_span, current_context, current_traceparent
 
 __all__ = ["AnswerOf", "RunManager", "Submission"]
 
@@ -236,6 +236,7 @@ class RunManager:
             request = RunRequest(new_run_id(), input, name, emit_user_message)
             if self.telemetry is not None:  # its span's parent: this request's, on any instance
                 request.trace = current_traceparent()
+                request.parent = current_context()
             queued = QueuedRun(request.run_id, input, name, emit_user_message, trace=request.trace)
             session_id = meta.session_id
 

@@ -56,6 +56,9 @@ class Follow:
     until_idle: bool = False
     #: Close after this run's terminal event.
     until_run: str | None = None
+    #: The run this stream's own request accepted (``POST …/runs?stream=true``): its span is a
+    #: child of the stream's span already, not linked (``app/telemetry/stream_links.py``).
+    own_run: str | None = None
 
 
 async def follow(
@@ -198,7 +201,7 @@ async def follow_batches(
         stop_at_head = spec.until_idle and await _idle_now(gateway, ref)
         sink = None if push is None else _Sink(push, counts, ref)
         #: [telemetry]: the stream's span links to the runs whose end it delivers.
-        links = None if gateway.telemetry is None else StreamLinks(backend, ref)
+        links = None if gateway.telemetry is None else StreamLinks(backend, ref, spec.own_run)
         while True:
             if pending:
                 entries, pending = pending, []

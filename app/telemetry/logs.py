@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 from app.observability.logs import log_context
@@ -19,9 +20,10 @@ __all__ = ["span_in_logs"]
 
 
 @contextmanager
-def span_in_logs(span: Span) -> Iterator[None]:
-    """``span`` is the current span, and its ids are on every line logged meanwhile."""
-    token = otel_context.attach(trace.set_span_in_context(span))
+def span_in_logs(span: Span, context: Context | None = None) -> Iterator[None]:
+    """``span`` is the current span, and its ids are on every line logged meanwhile
+    (``context``: one with ``span`` current already, else one is made)."""
+    token = otel_context.attach(trace.set_span_in_context(span) if context is None else context)
     span_context = span.get_span_context()
     try:
         if not span_context.is_valid:  # not sampled: no ids to show

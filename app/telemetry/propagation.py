@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
@@ -14,6 +15,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 __all__ = [
     "context_of",
     "context_of_headers",
+    "current_context",
     "current_traceparent",
     "link_to",
     "span_context_of",
@@ -31,6 +33,11 @@ def traceparent_of(span: Span) -> str | None:
     if not context.is_valid:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def current_context() -> Context:
+    """The current context (the request being served): the parent of a run accepted here."""
+    return otel_context.get_current()
 
 
 def current_traceparent() -> str | None:

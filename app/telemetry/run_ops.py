@@ -16,12 +16,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from app.backends import Backend, ConversationRef
 from app.telemetry import attributes as attr
-from app.telemetry.propagation import context_of, current_traceparent, link_to
+from app.telemetry.propagation import context_of, current_context, current_traceparent, link_to
 from app.telemetry.setup import Telemetry
 
 __all__ = [
     "abort_span",
     "command_span",
+    "current_context",
     "current_traceparent",
     "lost_run_span",
     "lost_run_traced",

@@ -25,12 +25,14 @@ from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from app.telemetry import attributes as attr
 from app.telemetry.propagation import context_of, traceparent_of
 from core.runs import RUN_TERMINAL_TYPES
 from providers.tracing import CallDescription
+from providers.transports.request import UpstreamRequest
 
 if TYPE_CHECKING:
     from app.telemetry.setup import Telemetry
@@ -79,7 +81,10 @@ class _Call:
 
 
 class RunSpan:
-    """One run's span and its children; the run's :class:`providers.tracing.RunTracing`."""
+    """One run's span and its children; the run's :class:`providers.tracing.RunTracing`.
+
+    Its parent: ``parent_context`` (the accepting request's, when accepted here), else the
+    stored ``parent`` traceparent (a run adopted from another instance)."""
 
     def __init__(
         self,
@@ -90,6 +95,7 @@ class RunSpan:
         provider: str,
         parent: str | None,
         queued_seconds: float | None = None,
+        parent_context: Context | None = None,
     ) -> None:
         self.telemetry = telemetry
         self.tracer = telemetry.tracer
@@ -100,7 +106,7 @@ class RunSpan:
         self.propagate = telemetry.propagate.get(provider, True)
         self.span = self.tracer.start_span(
             f"invoke_agent {provider}",
-            context=context_of(parent),
+            context=context_of(parent) if parent_context is None else parent_context,
             kind=SpanKind.INTERNAL,
             attributes={
                 attr.OPERATION: "invoke_agent",
@@ -112,7 +118,9 @@ class RunSpan:
         )
         #: This span's ``traceparent``: stored with the conversation (the reaper, aborts).
         self.traceparent = traceparent_of(self.span)
-        self._context = trace.set_span_in_context(self.span)
+        #: The context with this span current: its children's parent, and the run's own
+        #: (``app/runs/execute.py``, :func:`app.telemetry.logs.span_in_logs`).
+        self.context = trace.set_span_in_context(self.span)
         self._call: _Call | None = None
         self._tools: dict[str, _Tool] = {}
         self._ended = False
@@ -147,13 +155,13 @@ class RunSpan:
                 attributes["gen_ai.input.messages"] = orjson.dumps(messages).decode()
         span = self.tracer.start_span(
             f"chat {model}" if model else f"chat {self.provider}",
-            context=self._context,
+            context=self.context,
             kind=SpanKind.CLIENT,
             attributes=attributes,
         )
         self._call = _Call(span, model)
-        if not self.propagate:
-            return {}
+        if not self.propagate or not isinstance(request, UpstreamRequest):
+            return {}  # only an UpstreamRequest takes headers (``providers.tracing.start_call``)
         traceparent = traceparent_of(span)
         return {"traceparent": traceparent} if traceparent else {}
 
@@ -248,7 +256,7 @@ class RunSpan:
             attributes["gen_ai.tool.call.result"] = orjson.dumps(payload["result"]).decode()
         span = self.tracer.start_span(
             f"execute_tool {tool.name}",
-            context=self._context,
+            context=self.context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=tool.started_ns,

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from app.config import Settings
 from app.telemetry.genai_metrics import GenAIMetrics
 
-__all__ = ["DEFAULT_SERVICE_NAME", "Telemetry", "create_telemetry"]
+__all__ = ["DEFAULT_SERVICE_NAME", "HashedResource", "Telemetry", "create_telemetry"]
 
 DEFAULT_SERVICE_NAME: Final = "agent-event-gateway"
 _SCOPE: Final = "agent_event_gateway"
@@ -48,7 +48,7 @@ class Telemetry:
         attributes = (
             {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE_NAME}
         )
-        resource = Resource.create(attributes)
+        resource = HashedResource(Resource.create(attributes))
         self.tracer_provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
         if _exporter("OTEL_TRACES_EXPORTER"):
             self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -63,6 +63,23 @@ class Telemetry:
         """Export what is pending and stop the exporters."""
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+
+
+class HashedResource(Resource):
+    """A :class:`Resource` whose hash is computed once: the OTLP encoder groups every exported
+    span by its resource, and ``Resource.__hash__`` serialises the attributes to JSON each time
+    (BENCHMARKS.md, "OpenTelemetry (issue 53)"). Resources are immutable: the hash never changes.
+    """
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self.hashed = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other)
 
 
 def _exporter(variable: str) -> bool:

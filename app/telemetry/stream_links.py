@@ -2,7 +2,9 @@
 
 The stream's span is its request's SERVER span (current while it follows the log); a run's span
 is found by its ``traceparent`` in the conversation meta (``ConversationMeta.last_run_trace``),
-read once per run end the stream delivers, only with ``[telemetry]`` on.
+read once per run end the stream delivers, only with ``[telemetry]`` on. The run a
+``POST …/runs?stream=true`` accepted is not linked (nor read): its span is a child of the
+stream's span already.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ logger = logging.getLogger("app.telemetry")
 class StreamLinks:
     """Links the current span (the stream's) to the runs it delivered."""
 
-    def __init__(self, backend: Backend, ref: ConversationRef) -> None:
+    def __init__(self, backend: Backend, ref: ConversationRef, child: str | None = None) -> None:
         self.span = trace.get_current_span()
         self.backend = backend
         self.ref = ref
-        self.linked: set[str] = set()
+        #: Runs linked, and ``child``: the run the stream's own request accepted (no link).
+        self.linked: set[str] = set() if child is None else {child}
 
     async def delivered(self, run_id: str | None) -> None:
         """The stream delivered ``run_id``'s terminal event."""

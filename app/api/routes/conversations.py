@@ -84,10 +84,13 @@ async def _accept(
     if input is not None:  # also checked by runs.submit (WebSocket requests)
         check_json_size(input, gateway.settings.limits.max_input_bytes, "input")
 
+    accepted_here: list[str] = []  # the run this request accepted (not an idempotent replay)
+
     async def submit(answer_of: AnswerOf | None = None) -> Submission:
         submission = await gateway.runs.submit(
             ref, input, body.provider, body.multitask, reload=reload, answer_of=answer_of
         )
+        accepted_here.append(submission.request.run_id)
         if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
             await submission.request.wait_started()
         return submission
@@ -106,10 +109,12 @@ async def _accept(
             gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), accept
         )
     if stream:  # a reconnect (Last-Event-ID) continues after what it already received
+        run_id = answer["runId"]
+        own = run_id if run_id in accepted_here else None  # its span is this span's child
         if last_event_id:
-            spec = Follow(since=last_event_id, until_run=answer["runId"])
+            spec = Follow(since=last_event_id, until_run=run_id, own_run=own)
         else:
-            spec = Follow(start=answer["cursor"], until_run=answer["runId"])
+            spec = Follow(start=answer["cursor"], until_run=run_id, own_run=own)
         # The stream may begin with the end of earlier runs (and runs queued before this one):
         # the header names the run it is for.
         return await sse_response(gateway, ref, spec, headers={RUN_ID_HEADER: answer["runId"]})
