@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from types import ModuleType
 import hiredis
 
-__all__ = ["Command", "CommandLog", "DelayProxy", "cluster_remap", "delay_proxies"]
+__all__ = ["Command", "CommandLog", "DelayProxy", "cluster_remap", "delay_proxies", "script_names"]
 
 #: Commands whose connection turns into a subscriber: its later pushes answer no request.
 _SUBSCRIBE = {b"SUBSCRIBE", b"SSUBSCRIBE", b"PSUBSCRIBE"}
@@ -47,6 +49,8 @@ class CommandLog:
     """Every command the proxies of one client saw, in arrival order."""
 
     commands: list[Command] = field(default_factory=list)
+    #: A script's name by its SHA1, to show ``EVALSHA`` calls by name (:func:`script_names`).
+    scripts: dict[str, str] = field(default_factory=dict)
 
     def between(self, since: float, until: float) -> list[Command]:
         """The commands sent after ``since`` whose reply reached the client by ``until``."""
@@ -116,8 +120,9 @@ class _Connection:
                 continue
             name = bytes(request[0]).upper()
             shown = name.decode(errors="replace")
-            if name in (b"EVALSHA", b"EVAL", b"FCALL") and len(request) > 3:
-                shown += f" {bytes(request[3]).decode(errors='replace').rsplit(':', 1)[-1]}"
+            if name == b"EVALSHA" and len(request) > 1:
+                sha = bytes(request[1]).decode(errors="replace")
+                shown = self.proxy.log.scripts.get(sha, f"EVALSHA {sha[:8]}")
             command = Command(shown, self.number, now)
             self.proxy.log.commands.append(command)
             self.pending.append(command)
@@ -173,7 +178,6 @@ class DelayProxy:
             writer.close()
             return
         held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
 
         async def upstream() -> None:
             while data := await reader.read(65536):
@@ -183,7 +187,7 @@ class DelayProxy:
 
         async def downstream() -> None:
             while data := await up_reader.read(65536):
-                held.put_nowait((loop.time() + self.delay, data))
+                held.put_nowait((time.monotonic() + self.delay, data))
             held.put_nowait((0.0, b""))
 
         async def release() -> None:
@@ -191,7 +195,7 @@ class DelayProxy:
                 due, data = await held.get()
                 if not data:
                     break
-                wait = due - loop.time()
+                wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 connection.replied(data, time.monotonic())
@@ -214,6 +218,16 @@ class DelayProxy:
             for w in (writer, up_writer):
                 with contextlib.suppress(Exception):
                     w.close()
+
+
+def script_names(modules: Iterable[ModuleType]) -> dict[str, str]:
+    """Every Lua script of ``modules`` (an upper-case ``str`` calling ``redis.call``), by SHA1."""
+    found: dict[str, str] = {}
+    for module in modules:
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str) and "redis.call" in value:
+                found[hashlib.sha1(value.encode()).hexdigest()] = name
+    return found
 
 
 def cluster_remap(proxies: dict[int, DelayProxy]) -> Callable[[tuple[str, int]], tuple[str, int]]:

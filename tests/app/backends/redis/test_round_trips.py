@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +27,12 @@ from app.backends.redis import RedisBackend, cluster_client, redis_client
 from app.config import Settings
 from tests.app.backends.redis.cluster_support import SHARED_CLUSTER_URL, shared_cluster
 from tests.app.support.gateway_server import RunningGateway, launch, make_settings
-from tests.app.support.redis_proxy import CommandLog, cluster_remap, delay_proxies
+from tests.app.support.redis_proxy import (
+    CommandLog,
+    cluster_remap,
+    delay_proxies,
+    script_names,
+)
 from tests.app.support.redis_support import (
     FAST_PATHS,
     SHARED_REDIS_URL,
@@ -42,6 +48,10 @@ DELAY = 0.01
 #: The targets of issue 52.
 START_MAX, END_MAX, BATCH_MAX = 5, 3, 1
 CLUSTER_PORTS = range(7380, 7386)
+SCRIPT_MODULES = [
+    importlib.import_module(f"app.backends.redis.{name}")
+    for name in ("scripts", "control", "conversations", "eventlog", "limits", "queue", "fanout")
+]
 
 
 @dataclass
@@ -84,6 +94,7 @@ async def proxied_gateway(kind: str) -> AsyncIterator[Proxied]:
             client = cluster_client(
                 f"redis://127.0.0.1:{seed.port}", address_remap=cluster_remap(proxies)
             )
+        log.scripts.update(script_names(SCRIPT_MODULES))
         provider = ScriptedProvider()
         backend = RedisBackend(client, **options)
         gateway = await launch(settings, providers={"demo": provider}, backend=backend)
