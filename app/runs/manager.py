@@ -74,10 +74,16 @@ class _Read:
 
     submits: int
     meta: ConversationMeta | None
+    #: Whether the conversation was counted among its principal's (None: not asked).
+    reserved: bool | None
 
 
 async def _nothing() -> None:
     return None
+
+
+async def _answer(value: bool, limit: int) -> bool:
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,15 +204,20 @@ class RunManager:
         seen = slot.submits
         # At once (one round trip): 429 rate_limited, counted now (atomically) and given back
         # if the run is refused; ``before``; the meta, read again under the slot's lock if
-        # another submit of this conversation took it meanwhile.
+        # another submit of this conversation took it meanwhile; with limits shared by the
+        # instances (Redis), the conversation counted among its principal's in case it is new
+        # (atomic there, and a no-op for a conversation counted already).
+        limit = self.settings.limits.max_conversations_per_principal
         taken = await asyncio.gather(
             self.limits.take_run(ref.principal),
             _nothing() if before is None else before(),
             self.backend.get_meta(ref),
+            _nothing() if self.limits.store is None else self.backend.reserve_conversation(ref, limit),
             return_exceptions=True,
         )
-        ticket, ready, meta = taken
-        failed = [outcome for outcome in (ready, ticket, meta) if isinstance(outcome, BaseException)]
+        ticket, ready, meta, reserved = taken
+        outcomes = (ready, ticket, meta, reserved)
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         if failed:
             self._forget_if_idle(ref, slot)
             if not isinstance(ticket, BaseException):
@@ -214,7 +225,8 @@ class RunManager:
                     await self.limits.refund_run(ref.principal, ticket)
             raise failed[0]
         assert not isinstance(ticket, BaseException) and not isinstance(meta, BaseException)
-        read = _Read(seen, meta)
+        assert not isinstance(reserved, BaseException)
+        read = _Read(seen, meta, reserved)
         try:
             return await self._submit(ref, slot, input, provider, policy, answer_of, read)
         except BaseException:
@@ -243,6 +255,7 @@ class RunManager:
             fresh = slot.submits == read.submits
             slot.submits += 1
             meta = read.meta if fresh else await self.backend.get_meta(ref)
+            meta_read = meta
             if meta is None and self.archive is not None:
                 meta = await self.archive.restore(ref, self.backend)
             emit_user_message = True
@@ -256,6 +269,8 @@ class RunManager:
             created = False
             if meta is None:
                 reserve = partial(self.backend.reserve_conversation, ref)
+                if fresh and meta_read is None and read.reserved is not None:
+                    reserve = partial(_answer, read.reserved)  # counted with the first reads
                 await self.limits.check_new_conversation(ref, reserve)
                 now = time.time() * 1000
                 meta = ConversationMeta(
