@@ -143,8 +143,10 @@ def main() -> int:
         )
     )
     trips = samples["round trips"]
-    print(f"sequential round trips POST -> first delta: median {median(trips):g}, "
-          f"min {min(trips):g}, max {max(trips):g}")
+    print(
+        f"sequential round trips POST -> first delta: median {median(trips):g}, "
+        f"min {min(trips):g}, max {max(trips):g}"
+    )
     added = median(samples["redis (proxied)"]) - base
     gate = Gate("ttfe-delay")
     gate.at_most("added time to first delta (redis - memory)", added, ADDED_MAX_MS, " ms")

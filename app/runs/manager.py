@@ -212,7 +212,9 @@ class RunManager:
             self.limits.take_run(ref.principal),
             _nothing() if before is None else before(),
             self.backend.get_meta(ref),
-            _nothing() if self.limits.store is None else self.backend.reserve_conversation(ref, limit),
+            _nothing()
+            if self.limits.store is None
+            else self.backend.reserve_conversation(ref, limit),
             return_exceptions=True,
         )
         ticket, ready, meta, reserved = taken

@@ -5,9 +5,10 @@ every round trip costs at least ``delay`` (Redis across a network). The proxy pa
 directions as RESP (hiredis) and records each command: when its request reached the proxy and
 when its reply left it. From those records :meth:`CommandLog.sequential` counts the round
 trips a path waited for one after the other: a command sent after another's reply had reached
-the client may have waited for it (times are ``time.monotonic()``); commands sent together (one pipeline, or several tasks, or
-several nodes at once) overlap and count once. The count is an upper bound of the causal
-depth: it counts the gateway's every connection, whatever task or client path sent it.
+the client may have waited for it (times are ``time.monotonic()``); commands sent together
+(one pipeline, or several tasks, or several nodes at once) overlap and count once. The count
+is an upper bound of the causal depth: it counts the gateway's every connection, whatever
+task or client path sent it.
 
 Used by ``tests/app/backends/redis/test_round_trips.py`` and ``bench/ttfe_delay_bench.py``;
 for a Redis Cluster, one proxy per node and the client's ``address_remap``
@@ -24,6 +25,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
+
 import hiredis
 
 __all__ = ["Command", "CommandLog", "DelayProxy", "cluster_remap", "delay_proxies", "script_names"]
@@ -255,5 +257,3 @@ async def delay_proxies(
     finally:
         for proxy in proxies.values():
             await proxy.stop()
-
-
