@@ -100,9 +100,7 @@ async def _accept(
             answer_of=answer_of,
             before=take_stream_slot if stream else None,
         )
-        # GET …/state after the 202 shows the run. A stream shows it itself: it follows the
-        # log from before the run, at once.
-        if submission.body["status"] == "started" and not stream:
+        if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
             await submission.request.wait_started()
         return submission
 

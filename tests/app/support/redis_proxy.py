@@ -101,7 +101,8 @@ class CommandLog:
         return ["|".join(c.name for c in step) for step in self.chain(since, until)]
 
     def in_flight(self) -> int:
-        return sum(1 for c in self.commands if c.end is None)
+        """Commands sent and not answered yet (blocking reads aside)."""
+        return sum(1 for c in self.commands if c.end is None and not c.name.endswith(" BLOCK"))
 
 
 class _Connection:
@@ -125,6 +126,10 @@ class _Connection:
             if name == b"EVALSHA" and len(request) > 1:
                 sha = bytes(request[1]).decode(errors="replace")
                 shown = self.proxy.log.scripts.get(sha, f"EVALSHA {sha[:8]}")
+            if name in (b"XREAD", b"XREADGROUP") and any(
+                bytes(arg).upper() == b"BLOCK" for arg in request[1:]
+            ):
+                shown += " BLOCK"  # answered when an entry comes: no round trip waited for
             command = Command(shown, self.number, now)
             self.proxy.log.commands.append(command)
             self.pending.append(command)
