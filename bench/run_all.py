@@ -45,6 +45,7 @@ BENCHES: dict[str, Bench] = {
     ),
     "2": Bench(HERE / "fanout_bench.py", ["--rounds", "3"], ["--ks", "1,500", "--chunks", "1000"]),
     "3": Bench(HERE / "ttfe_bench.py", ["--rounds", "50"], ["--rounds", "15"]),
+    "ttfe_delay": Bench(HERE / "ttfe_delay_bench.py", ["--rounds", "40"], ["--rounds", "10"]),
     "4": Bench(HERE / "gateway_abort_bench.py", ["--runs", "20"], ["--runs", "5"]),
     "5": Bench(HERE / "memory_bench.py", [], ["--conversations", "200", "--events", "10000"]),
     "6": Bench(

@@ -319,13 +319,22 @@ async def _execute_run(
     meta.last_run_id = active.run_id
     meta.last_run_trace = None if span is None else span.traceparent
     meta.updated_at = time.time() * 1000  # the conversation list's order (newest first)
-    await until_available(lambda: backend.save_meta(ref, meta), starting)
+    # Saved while the run starts (its events do not wait for it), before the meta at its end.
+    saving = asyncio.ensure_future(until_available(lambda: backend.save_meta(ref, meta), starting))
+    saved: asyncio.Future[None] | None = None
     try:
-        await run_agent_provider(provider, run_input, options, None, on_events=on_events)
+        try:
+            await run_agent_provider(provider, run_input, options, None, on_events=on_events)
+        finally:
+            # The meta after the run (its transcripts are final) is saved while its last events
+            # are written: before the slot is released, not after the terminal is logged.
+            saved = asyncio.ensure_future(_save_meta_after(saving, backend, ref, meta, run_id))
         await pipe.flush()
     except Exception:
         logger.exception("run %s ended with an error in the provider", active.run_id)
     finally:
+        if saved is None:
+            saved = asyncio.ensure_future(_save_meta_after(saving, backend, ref, meta, run_id))
         await pipe.close()
         if not terminal_seen:
             try:
@@ -338,7 +347,19 @@ async def _execute_run(
             await tracker.finish(
                 run_id, lambda: backend.run_issues(ref, run_id), cancelled=active.signal.aborted
             )
-        await _save_meta_at_end(backend, ref, meta, run_id)
+        await saved
+
+
+async def _save_meta_after(
+    saving: asyncio.Future[None],
+    backend: Backend,
+    ref: ConversationRef,
+    meta: ConversationMeta,
+    run_id: str,
+) -> None:
+    """The meta at the run's end, once the meta at its start is saved (they land in order)."""
+    await saving
+    await _save_meta_at_end(backend, ref, meta, run_id)
 
 
 async def _save_meta_at_end(

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -64,6 +64,26 @@ class _Slot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The backend run slot taken at submit for the next run (cluster-wide: one 202).
     claimed: ActiveRun | None = None
+    #: Submits that held the lock so far: a meta read before one of them is read again.
+    submits: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """The conversation's meta read with a submit's first round trip, after ``submits``."""
+
+    submits: int
+    meta: ConversationMeta | None
+    #: Whether the conversation was counted among its principal's (None: not asked).
+    reserved: bool | None
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _answer(value: bool, limit: int) -> bool:
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +162,13 @@ class RunManager:
         *,
         reload: bool = False,
         answer_of: AnswerOf | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> Submission:
         """Accept a run (or refuse it with a ``GatewayError``). ``answer_of`` (a request with an
         ``Idempotency-Key``) turns the 202 body into the answer the backend stores in the
-        step that accepts the run."""
+        step that accepts the run. ``before`` must succeed before the run is accepted (a
+        stream's subscriber slot): it is awaited with the first round trip (the rate limit
+        and the conversation's meta), at once."""
         self._refuse_if_draining()
         policy = multitask or self.settings.gateway.multitask
         if input is not None:  # HTTP and WebSocket alike: 413 / 422 before anything else
@@ -154,7 +177,7 @@ class RunManager:
         await starts.acquire()
         try:
             self._refuse_if_draining()  # the drain may have begun while this start waited
-            submission = await self._accept(ref, input, provider, policy, answer_of)
+            submission = await self._accept(ref, input, provider, policy, answer_of, before)
         except BaseException:
             starts.release()
             raise
@@ -175,12 +198,39 @@ class RunManager:
         provider: str | None,
         policy: Multitask,
         answer_of: AnswerOf | None,
+        before: Callable[[], Awaitable[None]] | None,
     ) -> Submission:
-        # 429 rate_limited; counted now (atomically), given back if the run is refused.
-        ticket = await self.limits.take_run(ref.principal)
         slot = self._slots.setdefault(ref, _Slot())
+        seen = slot.submits
+        # At once (one round trip): 429 rate_limited, counted now (atomically) and given back
+        # if the run is refused; ``before``; the meta, read again under the slot's lock if
+        # another submit of this conversation took it meanwhile; with limits shared by the
+        # instances (Redis), the conversation counted among its principal's in case it is new
+        # (atomic there, and a no-op for a conversation counted already).
+        limit = self.settings.limits.max_conversations_per_principal
+        taken = await asyncio.gather(
+            self.limits.take_run(ref.principal),
+            _nothing() if before is None else before(),
+            self.backend.get_meta(ref),
+            _nothing()
+            if self.limits.store is None
+            else self.backend.reserve_conversation(ref, limit),
+            return_exceptions=True,
+        )
+        ticket, ready, meta, reserved = taken
+        outcomes = (ready, ticket, meta, reserved)
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failed:
+            self._forget_if_idle(ref, slot)
+            if not isinstance(ticket, BaseException):
+                with contextlib.suppress(Exception):
+                    await self.limits.refund_run(ref.principal, ticket)
+            raise failed[0]
+        assert not isinstance(ticket, BaseException) and not isinstance(meta, BaseException)
+        assert not isinstance(reserved, BaseException)
+        read = _Read(seen, meta, reserved)
         try:
-            return await self._submit(ref, slot, input, provider, policy, answer_of)
+            return await self._submit(ref, slot, input, provider, policy, answer_of, read)
         except BaseException:
             self._forget_if_idle(ref, slot)  # a refused request leaves no slot behind
             with contextlib.suppress(Exception):
@@ -201,9 +251,13 @@ class RunManager:
         provider: str | None,
         policy: Multitask,
         answer_of: AnswerOf | None,
+        read: _Read,
     ) -> Submission:
         async with slot.lock:
-            meta = await self.backend.get_meta(ref)
+            fresh = slot.submits == read.submits
+            slot.submits += 1
+            meta = read.meta if fresh else await self.backend.get_meta(ref)
+            meta_read = meta
             if meta is None and self.archive is not None:
                 meta = await self.archive.restore(ref, self.backend)
             emit_user_message = True
@@ -217,6 +271,8 @@ class RunManager:
             created = False
             if meta is None:
                 reserve = partial(self.backend.reserve_conversation, ref)
+                if fresh and meta_read is None and read.reserved is not None:
+                    reserve = partial(_answer, read.reserved)  # counted with the first reads
                 await self.limits.check_new_conversation(ref, reserve)
                 now = time.time() * 1000
                 meta = ConversationMeta(

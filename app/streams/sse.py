@@ -464,10 +464,17 @@ async def sse_response(
     ref: ConversationRef,
     spec: Follow,
     headers: Mapping[str, str] | None = None,
+    *,
+    taken: tuple[str | None] | None = None,
 ) -> EventSourceResponse:
-    """An SSE response following the conversation's log as ``spec`` says (``headers`` added)."""
+    """An SSE response following the conversation's log as ``spec`` says (``headers`` added).
+    Its subscriber slot is taken here, or was by the caller (``taken``: the slot's token, a
+    run start's stream takes it with the run's first round trip); freed when it ends."""
     settings = gateway.settings.gateway
-    slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
+    if taken is None:
+        slot = await gateway.runs.limits.acquire_subscriber(ref)  # 429; freed in __call__
+    else:
+        (slot,) = taken
     pusher = _Pusher()
     frames = _frames(gateway, ref, spec, pusher)
     response = _GatewayEventSource(

@@ -79,6 +79,7 @@ def test_every_bench_with_a_target_is_run() -> None:
         "throughput_bench.py",
         "fanout_bench.py",
         "ttfe_bench.py",
+        "ttfe_delay_bench.py",
         "gateway_abort_bench.py",
         "memory_bench.py",
         "redis_ratio_bench.py",

@@ -85,29 +85,45 @@ async def _accept(
         check_json_size(input, gateway.settings.limits.max_input_bytes, "input")
 
     accepted_here: list[str] = []  # the run this request accepted (not an idempotent replay)
+    limits = gateway.runs.limits
+    taken: list[str | None] = []  # a stream's subscriber slot, once taken
+
+    async def take_stream_slot() -> None:
+        taken.append(await limits.acquire_subscriber(ref))  # 429 before the run is accepted
 
     async def submit(answer_of: AnswerOf | None = None) -> Submission:
         submission = await gateway.runs.submit(
-            ref, input, body.provider, body.multitask, reload=reload, answer_of=answer_of
+            ref,
+            input,
+            body.provider,
+            body.multitask,
+            reload=reload,
+            answer_of=answer_of,
+            before=take_stream_slot if stream else None,
         )
         accepted_here.append(submission.request.run_id)
         if submission.body["status"] == "started":  # GET …/state after the 202 shows the run
             await submission.request.wait_started()
         return submission
 
-    if stream:
-        await gateway.runs.limits.check_subscriber(ref)  # 429 before the run is accepted
-    if not idempotency_key:  # an empty header is no key (never a derived one)
-        answer = (await submit()).body
-    else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
+    try:
+        if not idempotency_key:  # an empty header is no key (never a derived one)
+            answer = (await submit()).body
+        else:  # a retry answers the first answer (with ?stream=true: the first run's stream)
 
-        async def accept(answer_of: AnswerOf) -> dict[str, Any]:
-            return (await submit(answer_of)).body
+            async def accept(answer_of: AnswerOf) -> dict[str, Any]:
+                return (await submit(answer_of)).body
 
-        route = "reload" if reload else "runs"
-        answer = await idempotent_run(
-            gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), accept
-        )
+            route = "reload" if reload else "runs"
+            answer = await idempotent_run(
+                gateway, ref, idempotency_key, route, body.model_dump(exclude_unset=True), accept
+            )
+        if stream and not taken:  # a retry's stream: no run accepted, its slot taken now
+            await take_stream_slot()
+    except BaseException:
+        for slot in taken:
+            await limits.release_subscriber(ref, slot)
+        raise
     if stream:  # a reconnect (Last-Event-ID) continues after what it already received
         run_id = answer["runId"]
         own = run_id if run_id in accepted_here else None  # its span is this span's child
@@ -117,7 +133,9 @@ async def _accept(
             spec = Follow(start=answer["cursor"], until_run=run_id, own_run=own)
         # The stream may begin with the end of earlier runs (and runs queued before this one):
         # the header names the run it is for.
-        return await sse_response(gateway, ref, spec, headers={RUN_ID_HEADER: answer["runId"]})
+        return await sse_response(
+            gateway, ref, spec, headers={RUN_ID_HEADER: answer["runId"]}, taken=(taken[0],)
+        )
     return JSON(answer, status_code=202)
 
 
