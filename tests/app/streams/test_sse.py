@@ -250,7 +250,7 @@ async def test_fifty_subscribers_receive_identical_sequences(gw: RunningGateway)
 
 async def test_detach_is_not_abort(gw: RunningGateway) -> None:
     async with gw.client() as client:
-        run = await start_run(client, KEY, "text:3 sleep:0.8 text:3")
+        run = await start_run(client, KEY, "text:3 sleep:3 text:3")
         for _ in range(3):  # every subscriber leaves mid-run
             left = await collect_sse(client, EVENTS, stop=lambda frames: len(frames) >= 1)
             assert orjson.loads(left[0].data)["isRequesting"] is True
