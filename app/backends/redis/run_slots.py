@@ -23,6 +23,7 @@ from app.backends.redis.instance import text
 from app.backends.redis.keys import ConversationKeys
 from app.backends.redis.lease import LeaseKeeper
 from app.backends.redis.owned_run import OwnedRun
+from app.backends.redis.queue import OrderedClaim, Remembered
 from app.backends.redis.role import RedisRole
 from app.backends.redis.state import TAIL_PAGE
 from app.backends.roles import RunSlots
@@ -38,6 +39,23 @@ RELEASE_RETRY_SECONDS = 0.1
 
 
 class RedisRunSlots(RedisRole, RunSlots):
+    async def _claim_indexed(
+        self, keys: ConversationKeys, run_id: str, ticketed: bool, remember: Remembered | None
+    ) -> OrderedClaim:
+        """The claim, with the conversation marked in ``P:runs`` in the same round trip and sent
+        ahead of it: an instance killed right after its claim landed leaves a run the reaper's
+        sweep finds (an entry whose run was not claimed is dropped by the sweep). A mark that
+        failed is made again with the claim's reads."""
+        i = self._i
+        _, claim = await asyncio.gather(
+            i.ownership.mark(keys),
+            i.queue.claim(keys, run_id, ticketed, remember),
+            return_exceptions=True,
+        )
+        if isinstance(claim, BaseException):
+            raise claim
+        return claim
+
     async def claim_run(
         self, ref: ConversationRef, control: RunControl, answer: AcceptedAnswer | None = None
     ) -> bool:
@@ -50,7 +68,7 @@ class RedisRunSlots(RedisRole, RunSlots):
             # ownership.claim, ordered by the queue: a queued run only when it is first, a
             # run that was not queued only when nobody waits.
             claimed_at = time.monotonic()  # the lease is valid for its TTL from (at least) here
-            claim = await i.queue.claim(keys, run_id, ticketed, remember)
+            claim = await self._claim_indexed(keys, run_id, ticketed, remember)
             if claim.status == "lost":
                 await i.reaper.reap(keys, Token(claim.holder))
                 claimed_at = time.monotonic()

@@ -4,16 +4,13 @@ configuration that builds a cluster client."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 
 from app.backends import ConversationRef
@@ -34,6 +31,7 @@ from tests.app.backends.redis.cluster_support import (
     shared_cluster,
 )
 from tests.app.support.backend_contract import LOG_MAX, BackendContract, Control, meta, run_events
+from tests.app.support.command_counter import round_trips
 from tests.app.support.redis_support import unique_prefix
 from tests.support import eventually, eventually_async
 
@@ -197,52 +195,21 @@ async def test_an_abort_from_another_instance_wakes_the_owner_by_sharded_pubsub(
         await a.release_run(ref, f"r{n}")
 
 
-@contextmanager
-def cluster_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The commands and pipelines this task sends through a cluster client, one entry per
-    round trip (a pipeline's commands go to their shards in parallel: one)."""
-    task = asyncio.current_task()
-    sent: list[str] = []
-    command, pipeline = RedisCluster.execute_command, ClusterPipeline.execute
-    queue = ClusterPipeline.execute_command
-    queued: dict[int, list[str]] = {}
-
-    async def counted_command(self: RedisCluster, *args: Any, **options: Any) -> Any:
-        if asyncio.current_task() is task:
-            sent.append(str(args[0]))
-        return await command(self, *args, **options)
-
-    def queued_command(self: ClusterPipeline, *args: Any, **options: Any) -> Any:
-        queued.setdefault(id(self), []).append(str(args[0]))
-        return queue(self, *args, **options)
-
-    async def counted_pipeline(self: ClusterPipeline, *args: Any, **options: Any) -> Any:
-        names = queued.pop(id(self), [])
-        if asyncio.current_task() is task:
-            sent.append("|".join(names))
-        return await pipeline(self, *args, **options)
-
-    with monkeypatch.context() as m:
-        m.setattr(RedisCluster, "execute_command", counted_command)
-        m.setattr(ClusterPipeline, "execute_command", queued_command)
-        m.setattr(ClusterPipeline, "execute", counted_pipeline)
-        yield sent
-
-
 async def test_a_claim_costs_the_same_round_trips_on_a_cluster_as_standalone(
     cluster_pair: tuple[RedisBackend, RedisBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As ``test_redis_run_start``'s first test: the claim script, then one pipeline (index
-    bucket, meta, snapshot and the new log, on two shards at once); the run's first snapshot
-    sends nothing; an append batch is one script call."""
+    """As ``test_run_start``'s first test: the claim script (with the run's index entry),
+    then one pipeline (index bucket, meta, snapshot and the new log, on two shards at once);
+    the run's first snapshot sends nothing; an append batch is one script call."""
     a, _ = cluster_pair
     ref = ConversationRef("p", "fresh")
     assert await a.create_conversation(ref, meta())
-    with cluster_round_trips(monkeypatch) as sent:
+    with round_trips(monkeypatch, cluster=True) as sent:
         assert await a.claim_run(ref, Control("r1"))
         claimed = list(sent)
         snapshot = await a.snapshot(ref)
     assert len(claimed) == 2, claimed
+    assert claimed[0] == "ZADD&EVALSHA", claimed  # the run indexed ahead of its claim, at once
     assert "XRANGE" in claimed[1] and "HGETALL" in claimed[1], claimed
     assert sent == claimed  # the snapshot sent nothing
     assert snapshot is not None and snapshot.meta.title == "t"

@@ -1,46 +1,20 @@
 """A run's start on Redis, in round trips: what the claim reads with one pipeline, and what the
 run's first snapshot and the readers' ticks no longer ask Redis for (each round trip is ~50 µs
-of the gateway's CPU, ~20 of them a run). Counted on the calling task only, so the backend's
-own loops (polls, lease renewals) do not count."""
+of the gateway's CPU, ~20 of them a run). Counted on the calling task and the tasks it starts
+(the claim's ``gather``), so the backend's own loops (polls, lease renewals) do not count."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
 from app.backends import ConversationRef
 from app.backends.redis import RedisBackend, redis_client
 from app.backends.types import LogItem
-from app.compat.redis_fast.lean import LeanPipeline, LeanRedis
 from tests.app.support.backend_contract import Control, event, meta
+from tests.app.support.command_counter import round_trips
 from tests.app.support.redis_support import SHARED_REDIS_URL, shared_redis, unique_prefix
-
-
-@contextmanager
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The commands and pipelines this task sends, one entry per round trip."""
-    task = asyncio.current_task()
-    sent: list[str] = []
-    command, pipeline = LeanRedis.execute_command, LeanPipeline.execute
-
-    async def counted_command(self: LeanRedis, *args: Any, **options: Any) -> Any:
-        if asyncio.current_task() is task:
-            sent.append(str(args[0]))
-        return await command(self, *args, **options)
-
-    async def counted_pipeline(self: LeanPipeline, raise_on_error: bool = True) -> list[Any]:
-        if asyncio.current_task() is task:
-            sent.append("|".join(str(c[0][0]) for c in self.command_stack))
-        return await pipeline(self, raise_on_error)
-
-    with monkeypatch.context() as m:
-        m.setattr(LeanRedis, "execute_command", counted_command)
-        m.setattr(LeanPipeline, "execute", counted_pipeline)
-        yield sent
 
 
 @pytest.fixture
@@ -59,8 +33,9 @@ async def pair() -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
 async def test_a_conversation_created_here_is_claimed_in_two_round_trips_and_started_in_none(
     pair: tuple[RedisBackend, RedisBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The claim script, then one pipeline (index, meta, snapshot and the new log); the run's
-    first snapshot is the owner's, with the meta the claim read: no round trip."""
+    """The claim script (with the run's index entry), then one pipeline (index, meta,
+    snapshot and the new log); the run's first snapshot is the owner's, with the meta the claim
+    read: no round trip."""
     a, _ = pair
     ref = ConversationRef("p", "fresh")
     assert await a.create_conversation(ref, meta())
@@ -69,6 +44,7 @@ async def test_a_conversation_created_here_is_claimed_in_two_round_trips_and_sta
         claimed = list(sent)
         snapshot = await a.snapshot(ref)
     assert len(claimed) == 2, claimed
+    assert claimed[0] == "ZADD&EVALSHA", claimed  # the run indexed ahead of its claim, at once
     assert "XRANGE" in claimed[1] and "HGETALL" in claimed[1], claimed
     assert sent == claimed  # the snapshot sent nothing
     assert snapshot is not None and snapshot.meta.title == "t"
