@@ -173,6 +173,20 @@ async def test_an_abort_from_another_instance_wakes_the_owner_by_sharded_pubsub(
     await client.initialize()  # the slots known (a cluster client learns them at first use)
     masters = {client.get_node_from_key(a.keys(ref).ctl).name for ref in refs}
     assert len(masters) >= 2  # conversations on several shards
+
+    async def subscribed() -> bool:
+        """A's shard subscriptions are in place (they follow the claims; a wake-up published
+        before one is heard by the poll only, 30 s here)."""
+        for ref in refs:
+            channel = a.keys(ref).ctl
+            node = client.get_node_from_key(channel)
+            reply = await client.execute_command("PUBSUB SHARDNUMSUB", channel, target_nodes=node)
+            ((_, count),) = reply  # [(channel, subscribers)]
+            if int(count) < 1:
+                return False
+        return True
+
+    await eventually_async(subscribed, within=10, what="the owner's shard channels subscribed")
     polls = a.bus.polls
     started = time.monotonic()
     for n, ref in enumerate(refs):

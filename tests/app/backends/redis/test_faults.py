@@ -32,6 +32,7 @@ from tests.app.support.cluster_support import Subscriber, cluster, is_terminal, 
 from tests.app.support.gateway_server import StartGateway, make_settings
 from tests.app.support.helpers import collect_sse, events_of, start_run, wait_state
 from tests.app.support.redis_support import (
+    GatewayProcess,
     PrivateRedis,
     SlowUpstream,
     private_redis,
@@ -212,6 +213,22 @@ async def _long_outage(
         await _other_conversation_runs(client)
 
 
+async def completed_once_on_its_owner(
+    sub: Subscriber, run_id: str, upstream: SlowUpstream, a: GatewayProcess, b: GatewayProcess
+) -> None:
+    """The run of the two-instance outage tests completed on A with the whole answer, each
+    event once and in order, and neither instance thought its owner lost."""
+    events = await sub.done(30)
+    assert events[-1]["type"] == "run.completed", events[-1]
+    assert upstream.finished == 1
+    assert len(set(sub.ids)) == len(sub.ids)
+    seqs = [e["sequence"] for e in events if e["runId"] == run_id]
+    assert seqs == list(range(len(seqs)))
+    text = "".join(e["payload"].get("delta", "") for e in events if e["type"] == "message.delta")
+    assert text == "".join(f"w{i} " for i in range(80))
+    assert "lost its owner" not in a.output() + b.output()
+
+
 @pytest.mark.only_backend("redis", reason="two gateway processes on a Redis of the test's own")
 async def test_short_outage_two_instances_no_takeover() -> None:
     """A run on A, a subscriber on B: Redis stops ~1 s mid-run. B (whose sweep and reader ticks
@@ -232,17 +249,7 @@ async def test_short_outage_two_instances_no_takeover() -> None:
             redis.stop()
             await asyncio.sleep(1.0)
             redis.start()
-            events = await sub.done(30)
-            assert events[-1]["type"] == "run.completed", events[-1]
-            assert upstream.finished == 1
-            assert len(set(sub.ids)) == len(sub.ids)
-            seqs = [e["sequence"] for e in events if e["runId"] == res.json()["runId"]]
-            assert seqs == list(range(len(seqs)))
-            text = "".join(
-                e["payload"].get("delta", "") for e in events if e["type"] == "message.delta"
-            )
-            assert text == "".join(f"w{i} " for i in range(80))
-            assert "lost its owner" not in a.output() + b.output()
+            await completed_once_on_its_owner(sub, res.json()["runId"], upstream, a, b)
 
 
 @pytest.mark.only_backend(
@@ -274,17 +281,7 @@ async def test_short_outage_of_the_conversations_master_two_instances_no_takeove
                 await asyncio.sleep(1.0)
             finally:
                 os.kill(master, signal.SIGCONT)
-            events = await sub.done(30)
-            assert events[-1]["type"] == "run.completed", events[-1]
-            assert upstream.finished == 1
-            assert len(set(sub.ids)) == len(sub.ids)
-            seqs = [e["sequence"] for e in events if e["runId"] == res.json()["runId"]]
-            assert seqs == list(range(len(seqs)))
-            text = "".join(
-                e["payload"].get("delta", "") for e in events if e["type"] == "message.delta"
-            )
-            assert text == "".join(f"w{i} " for i in range(80))
-            assert "lost its owner" not in a.output() + b.output()
+            await completed_once_on_its_owner(sub, res.json()["runId"], upstream, a, b)
 
 
 @pytest.mark.only_backend("redis", reason="two gateway processes on a Redis of the test's own")
