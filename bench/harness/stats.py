@@ -36,7 +36,7 @@ def _cell(value: object) -> str:
 
 def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     out = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
